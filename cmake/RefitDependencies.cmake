@@ -1,0 +1,14 @@
+# Third-party packages (Debian 12 names in scripts/install-deps.sh).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(toml11 3.7 REQUIRED)
+find_package(CLI11 REQUIRED)
+
+function(refit_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-missing-field-initializers)
+  if(REFIT_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()

@@ -1,0 +1,272 @@
+/* refit plugin ABI, version 1. Plain C: no STL, no C++ classes, no exceptions cross it.
+ *
+ * A plugin is a shared library exporting exactly one symbol:
+ *
+ *   const refit_plugin_t* refit_plugin_entry_v1(const refit_host_api_t* host);
+ *
+ * The returned table (and everything it points to) must stay valid until the library is unloaded.
+ * The host checks struct_size and abi_major before reading anything else. Tables only ever grow at
+ * their end: a newer host reads a field only when struct_size says it is there (UCX's field_mask
+ * idea, done with sizes).
+ *
+ * Ownership: whatever a plugin allocates it frees (instances through their destroy function);
+ * buffers the host passes in are owned by the host and valid only for the duration of the call.
+ * Errors: every fallible function returns 0 on success or a refit_status_code_t, and fills the
+ * host-owned refit_error_t with one line of text. Output parameters are set only on success.
+ */
+#ifndef REFIT_PLUGIN_ABI_H_
+#define REFIT_PLUGIN_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REFIT_ABI_MAJOR 1
+#define REFIT_ABI_MINOR 0
+#define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
+#define REFIT_MAX_DIMS 8
+
+/* Same values as refit::StatusCode. */
+typedef enum refit_status_code {
+  REFIT_OK = 0,
+  REFIT_ERR_INVALID = 1,
+  REFIT_ERR_NOT_FOUND = 2,
+  REFIT_ERR_IO = 3,
+  REFIT_ERR_CORRUPT = 4,
+  REFIT_ERR_UNSUPPORTED = 5,
+  REFIT_ERR_VERSION = 6,
+  REFIT_ERR_EXISTS = 7,
+  REFIT_ERR_TIMEOUT = 8,
+  REFIT_ERR_INTERNAL = 9
+} refit_status_code_t;
+
+typedef struct refit_error {
+  int32_t code;
+  char message[1024]; /* NUL-terminated, truncated if longer */
+} refit_error_t;
+
+/* Element types. Values are stored in wire records: never renumber. */
+typedef enum refit_dtype {
+  REFIT_DTYPE_BOOL = 1,
+  REFIT_DTYPE_U8 = 2,
+  REFIT_DTYPE_I8 = 3,
+  REFIT_DTYPE_I16 = 4,
+  REFIT_DTYPE_I32 = 5,
+  REFIT_DTYPE_I64 = 6,
+  REFIT_DTYPE_F16 = 7,
+  REFIT_DTYPE_BF16 = 8,
+  REFIT_DTYPE_F32 = 9,
+  REFIT_DTYPE_F64 = 10,
+  REFIT_DTYPE_F8_E4M3 = 11,
+  REFIT_DTYPE_F8_E5M2 = 12
+} refit_dtype_t;
+
+typedef enum refit_component_kind {
+  REFIT_KIND_ENCODING = 1,
+  REFIT_KIND_TRANSPORT = 2,
+  REFIT_KIND_LAYOUT = 3
+} refit_component_kind_t;
+
+/* How a record changes the receiver's bits. Overwrite is idempotent; xor/step are not and are
+ * applied exactly once (journaled). */
+typedef enum refit_op {
+  REFIT_OP_OVERWRITE = 0,
+  REFIT_OP_XOR = 1,
+  REFIT_OP_STEP = 2
+} refit_op_t;
+
+typedef enum refit_config_type {
+  REFIT_CFG_STRING = 1,
+  REFIT_CFG_INT = 2,
+  REFIT_CFG_BOOL = 3,
+  REFIT_CFG_DOUBLE = 4,
+  REFIT_CFG_SIZE = 5,        /* integer bytes or a string like "512MiB" */
+  REFIT_CFG_STRING_LIST = 6
+} refit_config_type_t;
+
+/* A config key a component accepts in its section [<kind>.<name>]. Unknown keys are errors. */
+typedef struct refit_config_key {
+  const char* name;
+  int32_t type; /* refit_config_type_t */
+  const char* default_value; /* as TOML text, documentation only; NULL if required */
+  const char* description;
+} refit_config_key_t;
+
+/* Opaque view of one component's config section, valid during create(). */
+typedef struct refit_config refit_config_t;
+
+typedef enum refit_log_level {
+  REFIT_LOG_DEBUG = 0,
+  REFIT_LOG_INFO = 1,
+  REFIT_LOG_WARN = 2,
+  REFIT_LOG_ERROR = 3
+} refit_log_level_t;
+
+/* Services the host offers a plugin. Config getters return 1 if the key is set (value written),
+ * 0 if absent, -1 if present with another type. Strings are copied into buf (truncated at cap-1);
+ * *len_p receives the full length so a caller can retry with a larger buffer. */
+typedef struct refit_host_api {
+  uint32_t struct_size;
+  uint16_t abi_major;
+  uint16_t abi_minor;
+  void (*log)(int32_t level, const char* component, const char* message);
+  int (*config_get_string)(const refit_config_t* cfg, const char* key, char* buf, size_t cap,
+                           size_t* len_p);
+  int (*config_get_int)(const refit_config_t* cfg, const char* key, int64_t* value_p);
+  int (*config_get_bool)(const refit_config_t* cfg, const char* key, int* value_p);
+  int (*config_get_double)(const refit_config_t* cfg, const char* key, double* value_p);
+  /* Sizes are normalized to bytes by the host ("512MiB" -> 536870912). */
+  int (*config_get_size)(const refit_config_t* cfg, const char* key, uint64_t* value_p);
+  /* Element index of a string list; returns 0 past the end. */
+  int (*config_get_list_item)(const refit_config_t* cfg, const char* key, size_t index, char* buf,
+                              size_t cap, size_t* len_p);
+} refit_host_api_t;
+
+/* ---------------------------------------------------------------- encodings */
+
+/* One contiguous run of elements to encode (a record's box, row-major). */
+typedef struct refit_encode_input {
+  uint32_t struct_size;
+  int32_t dtype;            /* refit_dtype_t */
+  uint32_t elem_size;       /* bytes per element: 1, 2, 4 or 8 */
+  uint32_t reserved;
+  uint64_t n_elems;
+  const void* old_bits;     /* receiver's current bits; NULL for a full (dense) sync */
+  const void* new_bits;     /* sender's new bits */
+  const uint64_t* positions;/* sorted indices where old != new bitwise; NULL when old_bits is NULL */
+  uint64_t n_changed;       /* number of positions (n_elems when old_bits is NULL) */
+} refit_encode_input_t;
+
+/* Where a record is applied: a contiguous run holding the receiver's current bits, updated in
+ * place. A decoder must never write outside [bits, bits + n_elems * elem_size). */
+typedef struct refit_decode_target {
+  uint32_t struct_size;
+  int32_t dtype;
+  uint32_t elem_size;
+  uint32_t reserved;
+  uint64_t n_elems;
+  void* bits;
+} refit_decode_target_t;
+
+/* Capability flags of an encoding. */
+#define REFIT_ENC_CAP_FULL_SYNC 0x1u  /* can encode with old_bits == NULL (dense) */
+
+/* Instances must be safe to call concurrently from several threads (encode/decode are
+ * stateless per call; any scratch is per call). */
+typedef struct refit_encoding_vtable {
+  uint32_t struct_size;
+  int32_t op; /* refit_op_t its records carry */
+  int (*create)(const refit_host_api_t* host, const refit_config_t* cfg, void** instance_p,
+                refit_error_t* err);
+  void (*destroy)(void* instance);
+  /* Upper bound of encode()'s output for this input. */
+  uint64_t (*max_encoded_size)(void* instance, const refit_encode_input_t* in);
+  int (*encode)(void* instance, const refit_encode_input_t* in, uint8_t* out, uint64_t cap,
+                uint64_t* size_p, refit_error_t* err);
+  /* payload is untrusted: validate every length/count/position before touching target. */
+  int (*decode)(void* instance, const uint8_t* payload, uint64_t len,
+                const refit_decode_target_t* target, refit_error_t* err);
+} refit_encoding_vtable_t;
+
+/* ---------------------------------------------------------------- transports */
+
+/* A transport is a keyed blob channel: the framework runs the sync protocol (payloads, manifest,
+ * commit marker, acks) over put/get/list of keys like "v00000007/COMMIT". Keys are relative,
+ * '/'-separated, [A-Za-z0-9._-] per component. A put is atomic: readers see all bytes or no key.
+ * Role: 0 = sender, 1 = receiver (a transport may connect differently per role). */
+typedef enum refit_transport_role {
+  REFIT_ROLE_SENDER = 0,
+  REFIT_ROLE_RECEIVER = 1
+} refit_transport_role_t;
+
+typedef void (*refit_list_cb)(void* ctx, const char* key, uint64_t size);
+
+typedef struct refit_transport_vtable {
+  uint32_t struct_size;
+  uint32_t reserved;
+  int (*create)(const refit_host_api_t* host, const refit_config_t* cfg, int32_t role,
+                const char* peer_id, void** instance_p, refit_error_t* err);
+  void (*destroy)(void* instance);
+  int (*put)(void* instance, const char* key, const uint8_t* data, uint64_t len,
+             refit_error_t* err);
+  /* *found_p = 0 and REFIT_OK when the key does not exist. */
+  int (*size)(void* instance, const char* key, uint64_t* size_p, int* found_p, refit_error_t* err);
+  /* Reads exactly len bytes at offset into buf (ranged read); a short object is REFIT_ERR_CORRUPT. */
+  int (*get)(void* instance, const char* key, uint64_t offset, uint8_t* buf, uint64_t len,
+             refit_error_t* err);
+  /* Calls cb once per key starting with prefix (any order). */
+  int (*list)(void* instance, const char* prefix, refit_list_cb cb, void* ctx, refit_error_t* err);
+  int (*remove)(void* instance, const char* key, refit_error_t* err);
+} refit_transport_vtable_t;
+
+/* ---------------------------------------------------------------- layouts */
+
+/* One piece of a local shard tensor mapped onto a canonical tensor: the box
+ * local[local_offset : local_offset + extent] equals canonical[canonical_offset : ... + extent]. */
+typedef struct refit_slice_map {
+  uint32_t struct_size;
+  uint32_t ndim;
+  const char* canonical_name;
+  uint64_t canonical_shape[REFIT_MAX_DIMS];
+  uint64_t canonical_offset[REFIT_MAX_DIMS];
+  uint64_t local_offset[REFIT_MAX_DIMS];
+  uint64_t extent[REFIT_MAX_DIMS];
+  int32_t replicated; /* 1: the same slice lives on other ranks; only rank owner_rank sends it */
+  int32_t owner_rank;
+} refit_slice_map_t;
+
+typedef void (*refit_slice_cb)(void* ctx, const refit_slice_map_t* slice);
+
+typedef struct refit_local_tensor {
+  uint32_t struct_size;
+  int32_t dtype;
+  const char* name;
+  uint32_t ndim;
+  uint64_t shape[REFIT_MAX_DIMS];
+} refit_local_tensor_t;
+
+typedef struct refit_layout_vtable {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* cfg holds the model description and parallel config of this rank. */
+  int (*create)(const refit_host_api_t* host, const refit_config_t* cfg, int32_t rank,
+                int32_t world, void** instance_p, refit_error_t* err);
+  void (*destroy)(void* instance);
+  /* Emits every canonical slice the local tensor covers (possibly none, e.g. padding only). */
+  int (*map_tensor)(void* instance, const refit_local_tensor_t* local, refit_slice_cb cb, void* ctx,
+                    refit_error_t* err);
+} refit_layout_vtable_t;
+
+/* ---------------------------------------------------------------- plugin table */
+
+typedef struct refit_component {
+  uint32_t struct_size;
+  int32_t kind; /* refit_component_kind_t */
+  const char* name;
+  const char* description;
+  uint64_t capabilities;
+  const refit_config_key_t* config_keys;
+  size_t n_config_keys;
+  const void* vtable; /* refit_encoding_vtable_t*, refit_transport_vtable_t* or refit_layout_vtable_t* */
+} refit_component_t;
+
+typedef struct refit_plugin {
+  uint32_t struct_size;
+  uint16_t abi_major;
+  uint16_t abi_minor;
+  const char* name;
+  const char* version;
+  const refit_component_t* components;
+  size_t n_components;
+} refit_plugin_t;
+
+typedef const refit_plugin_t* (*refit_plugin_entry_fn)(const refit_host_api_t* host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFIT_PLUGIN_ABI_H_ */

@@ -1,0 +1,175 @@
+// Plugin loader and registry, and the C++ handles the pipelines use for plugin instances.
+//
+// Every instance holds a reference to the library that created it and to its ComponentInfo, so a
+// .so stays mapped as long as any object it made is alive (dropping the Registry first is fine).
+//
+// Threading: a Registry is filled once (one thread), then may be read concurrently. Encoding
+// instances may be called from several threads at once (the ABI requires it of encodings); the
+// ABI promises nothing of the kind for Transport and Layout instances, so callers serialize calls
+// on one of those.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "refit/api.h"
+#include "refit/config.h"
+#include "refit/plugin_abi.h"
+#include "refit/status.h"
+
+namespace refit {
+
+// A loaded plugin library (dlopen handle) or the builtin pseudo-library. Internal to the loader.
+class PluginLibrary;
+
+// The host API table handed to every plugin entry point.
+REFIT_API const refit_host_api_t* HostApi();
+
+REFIT_API const char* KindName(refit_component_kind_t kind);  // "encoding", "transport", "layout"
+
+struct ComponentInfo {
+  refit_component_kind_t kind;
+  std::string name;
+  std::string description;
+  std::string plugin_name;
+  std::string plugin_version;
+  std::string origin;  // "builtin" or the .so path
+  uint64_t capabilities = 0;
+  std::vector<ConfigKeySpec> config_keys;  // names relative to the component's section
+  const void* vtable = nullptr;
+  std::shared_ptr<PluginLibrary> library;
+};
+
+// Converts a C error filled by a plugin into a Status prefixed with context.
+REFIT_API Status StatusFromPlugin(int rc, const refit_error_t& err, const std::string& context);
+
+class REFIT_API Encoding {
+ public:
+  ~Encoding();
+  Encoding(const Encoding&) = delete;
+  Encoding& operator=(const Encoding&) = delete;
+
+  const std::string& name() const { return info_->name; }
+  refit_op_t op() const { return static_cast<refit_op_t>(vtable_->op); }
+  uint64_t capabilities() const { return info_->capabilities; }
+  uint64_t MaxEncodedSize(const refit_encode_input_t& in) const;
+  // Returns the number of bytes written to out.
+  Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
+  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) const;
+
+ private:
+  friend class Registry;
+  Encoding() = default;
+  std::shared_ptr<const ComponentInfo> info_;
+  std::shared_ptr<PluginLibrary> library_;
+  const refit_encoding_vtable_t* vtable_ = nullptr;
+  void* instance_ = nullptr;
+};
+
+class REFIT_API Transport {
+ public:
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const std::string& name() const { return info_->name; }
+  Status Put(const std::string& key, const uint8_t* data, uint64_t len);
+  // nullopt when the key does not exist.
+  Result<std::optional<uint64_t>> Size(const std::string& key);
+  Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
+  // Whole object (bounded by max_bytes: larger is an error naming the key).
+  Result<std::vector<uint8_t>> GetAll(const std::string& key, uint64_t max_bytes);
+  // Sorted by key.
+  Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix);
+  Status Remove(const std::string& key);
+
+ private:
+  friend class Registry;
+  Transport() = default;
+  std::shared_ptr<const ComponentInfo> info_;
+  std::shared_ptr<PluginLibrary> library_;
+  const refit_transport_vtable_t* vtable_ = nullptr;
+  void* instance_ = nullptr;
+};
+
+struct SliceMap {
+  std::string canonical_name;
+  refit_slice_map_t map{};  // map.canonical_name is not valid here: use canonical_name
+};
+
+class REFIT_API Layout {
+ public:
+  ~Layout();
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+
+  const std::string& name() const { return info_->name; }
+  Result<std::vector<SliceMap>> MapTensor(const refit_local_tensor_t& local) const;
+
+ private:
+  friend class Registry;
+  Layout() = default;
+  std::shared_ptr<const ComponentInfo> info_;
+  std::shared_ptr<PluginLibrary> library_;
+  const refit_layout_vtable_t* vtable_ = nullptr;
+  void* instance_ = nullptr;
+};
+
+class REFIT_API Registry {
+ public:
+  // A registry holding the builtin plugins (the one CMake list REFIT_BUILTIN_PLUGINS).
+  static Result<std::unique_ptr<Registry>> WithBuiltins();
+  // An empty registry (tests of the loader).
+  Registry();
+  ~Registry();
+
+  // dlopen a plugin .so and register its components. Errors name the path and the cause:
+  // missing file, dlopen error, missing refit_plugin_entry_v1, null table, struct_size too small,
+  // abi_major mismatch, a component with an unknown kind or null vtable, a duplicate component
+  // name ("encoding 'x' from /p/b.so is already registered by builtin").
+  Status LoadLibrary(const std::string& path);
+  // Loads every *.so directly inside dir (sorted by name). A missing dir is not an error.
+  Status LoadDirectory(const std::string& dir);
+  // Registers a plugin table obtained from an entry point (builtins and tests).
+  Status RegisterPlugin(const refit_plugin_t* plugin, std::shared_ptr<PluginLibrary> library,
+                        const std::string& origin);
+
+  const ComponentInfo* Find(refit_component_kind_t kind, const std::string& name) const;
+  std::vector<const ComponentInfo*> List() const;  // sorted by kind, then name
+
+  // Instance creation. config/section may be null/empty: the component gets no keys. The section
+  // is validated against the component's declared keys first (unknown key -> file:line error).
+  Result<std::unique_ptr<Encoding>> CreateEncoding(const std::string& name,
+                                                   const Config* config = nullptr,
+                                                   const std::string& section = "") const;
+  Result<std::unique_ptr<Transport>> CreateTransport(const std::string& name,
+                                                     refit_transport_role_t role,
+                                                     const std::string& peer_id,
+                                                     const Config* config = nullptr,
+                                                     const std::string& section = "") const;
+  Result<std::unique_ptr<Layout>> CreateLayout(const std::string& name, int rank, int world,
+                                               const Config* config = nullptr,
+                                               const std::string& section = "") const;
+
+ private:
+  // Shared with the instances created from them (see the file comment).
+  std::vector<std::shared_ptr<const ComponentInfo>> components_;
+};
+
+// The [plugins] config section: `paths` (directories whose *.so are all loaded) and `load` (.so
+// files). Relative entries are resolved against the config file's directory.
+REFIT_API std::vector<ConfigKeySpec> PluginConfigSpecs();
+REFIT_API Status LoadPluginsFromConfig(Registry& registry, const Config& config);
+// Loads every directory listed in the environment variable REFIT_PLUGIN_PATH (colon-separated).
+REFIT_API Status LoadPluginsFromEnv(Registry& registry);
+// Where the .so plugins shipped with this librefit live: <libdir>/refit/plugins next to the
+// librefit actually loaded (so an installed tree can be moved), or the build tree's plugin dir.
+REFIT_API std::string DefaultPluginDir();
+// The registry a program uses: the builtins, then DefaultPluginDir(), REFIT_PLUGIN_PATH and the
+// config's [plugins] section (config may be null). Any load error is returned, never skipped.
+REFIT_API Result<std::unique_ptr<Registry>> LoadRegistry(const Config* config);
+
+}  // namespace refit

@@ -1,0 +1,371 @@
+// The header-only plugin SDK: write a normal C++ class, get the C ABI table.
+//
+// A plugin links nothing of refit's core: only this header, plugin_abi.h and status.h (both
+// header-only). Every call into the plugin is wrapped so that exceptions never cross the C
+// boundary; they become REFIT_ERR_INTERNAL with the exception's text.
+//
+// Minimal encoding plugin:
+//
+//   #include <refit/sdk/plugin.hpp>
+//   class MyEncoding {
+//    public:
+//     static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+//     static refit::Result<std::unique_ptr<MyEncoding>> Create(const refit::sdk::ConfigView& cfg);
+//     uint64_t MaxEncodedSize(const refit_encode_input_t& in) const;
+//     refit::Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
+//     refit::Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const;
+//   };
+//   REFIT_PLUGIN("my-plugin", "0.1.0",
+//                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
+//
+// Transports implement Create(cfg, role, peer_id), Put, Size, Get, List, Remove; layouts implement
+// Create(cfg, rank, world) and MapTensor (see the Concept comments below).
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "refit/plugin_abi.h"
+#include "refit/status.h"
+
+#if defined(_WIN32)
+#define REFIT_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define REFIT_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+// Builtin plugins are compiled with REFIT_BUILTIN_ENTRY=<unique symbol> so that several can be
+// linked into one library; a shared-library plugin exports the standard entry symbol.
+#ifdef REFIT_BUILTIN_ENTRY
+#define REFIT_PLUGIN_ENTRY_NAME REFIT_BUILTIN_ENTRY
+#define REFIT_PLUGIN_ENTRY_VISIBILITY
+#else
+#define REFIT_PLUGIN_ENTRY_NAME refit_plugin_entry_v1
+#define REFIT_PLUGIN_ENTRY_VISIBILITY REFIT_PLUGIN_EXPORT
+#endif
+
+namespace refit::sdk {
+
+namespace detail {
+inline const refit_host_api_t*& HostSlot() {
+  static const refit_host_api_t* host = nullptr;
+  return host;
+}
+
+inline int Fail(refit_error_t* err, StatusCode code, const std::string& message) {
+  if (err != nullptr) {
+    err->code = static_cast<int32_t>(code);
+    std::snprintf(err->message, sizeof(err->message), "%s", message.c_str());
+  }
+  return static_cast<int>(code);
+}
+
+inline int Report(refit_error_t* err, const Status& st) {
+  if (st.ok()) return REFIT_OK;
+  return Fail(err, st.code(), st.message());
+}
+
+// Runs fn, turning any exception into REFIT_ERR_INTERNAL.
+template <typename Fn>
+int Guard(refit_error_t* err, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Fail(err, StatusCode::kInternal, std::string("plugin threw: ") + e.what());
+  } catch (...) {
+    return Fail(err, StatusCode::kInternal, "plugin threw a non-standard exception");
+  }
+}
+}  // namespace detail
+
+// The host that loaded this plugin (null before the entry point ran).
+inline const refit_host_api_t* Host() { return detail::HostSlot(); }
+
+inline void Log(refit_log_level_t level, const char* component, const std::string& message) {
+  const refit_host_api_t* host = Host();
+  if (host != nullptr && host->log != nullptr) host->log(level, component, message.c_str());
+}
+
+// Typed access to a component's config section through the host API.
+class ConfigView {
+ public:
+  ConfigView(const refit_host_api_t* host, const refit_config_t* cfg) : host_(host), cfg_(cfg) {}
+
+  Result<std::string> GetString(const char* key, std::string fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    std::string buf(256, '\0');
+    size_t len = 0;
+    int rc = host_->config_get_string(cfg_, key, buf.data(), buf.size(), &len);
+    if (rc == 0) return fallback;
+    if (rc < 0) return TypeError(key, "a string");
+    if (len + 1 > buf.size()) {
+      buf.assign(len + 1, '\0');
+      host_->config_get_string(cfg_, key, buf.data(), buf.size(), &len);
+    }
+    buf.resize(len);
+    return buf;
+  }
+  Result<int64_t> GetInt(const char* key, int64_t fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    int64_t v = 0;
+    int rc = host_->config_get_int(cfg_, key, &v);
+    if (rc < 0) return TypeError(key, "an integer");
+    return rc == 0 ? fallback : v;
+  }
+  Result<bool> GetBool(const char* key, bool fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    int v = 0;
+    int rc = host_->config_get_bool(cfg_, key, &v);
+    if (rc < 0) return TypeError(key, "a boolean");
+    return rc == 0 ? fallback : v != 0;
+  }
+  Result<double> GetDouble(const char* key, double fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    double v = 0;
+    int rc = host_->config_get_double(cfg_, key, &v);
+    if (rc < 0) return TypeError(key, "a number");
+    return rc == 0 ? fallback : v;
+  }
+  Result<uint64_t> GetSize(const char* key, uint64_t fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    uint64_t v = 0;
+    int rc = host_->config_get_size(cfg_, key, &v);
+    if (rc < 0) return TypeError(key, "a size (bytes or \"64MiB\")");
+    return rc == 0 ? fallback : v;
+  }
+
+ private:
+  static Status TypeError(const char* key, const char* want) {
+    return Status::Invalid(std::string("config key '") + key + "' must be " + want);
+  }
+  const refit_host_api_t* host_;
+  const refit_config_t* cfg_;
+};
+
+// ------------------------------------------------------------------ encodings
+
+template <class Impl>
+struct EncodingAdapter {
+  static int Create(const refit_host_api_t* host, const refit_config_t* cfg, void** instance_p,
+                    refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::unique_ptr<Impl>> made = Impl::Create(ConfigView(host, cfg));
+      if (!made.ok()) return detail::Report(err, made.status());
+      *instance_p = made.value().release();
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static void Destroy(void* instance) { delete static_cast<Impl*>(instance); }
+  static uint64_t MaxEncodedSize(void* instance, const refit_encode_input_t* in) {
+    try {
+      return static_cast<const Impl*>(instance)->MaxEncodedSize(*in);
+    } catch (...) {
+      return 0;  // the host treats 0 as "cannot encode" and reports it
+    }
+  }
+  static int Encode(void* instance, const refit_encode_input_t* in, uint8_t* out, uint64_t cap,
+                    uint64_t* size_p, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<uint64_t> n = static_cast<const Impl*>(instance)->Encode(*in, out, cap);
+      if (!n.ok()) return detail::Report(err, n.status());
+      *size_p = n.value();
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static int Decode(void* instance, const uint8_t* payload, uint64_t len,
+                    const refit_decode_target_t* target, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      return detail::Report(err, static_cast<const Impl*>(instance)->Decode(payload, len, *target));
+    });
+  }
+  static const refit_encoding_vtable_t* Vtable() {
+    static const refit_encoding_vtable_t vt = {sizeof(refit_encoding_vtable_t),
+                                               static_cast<int32_t>(Impl::kOp),
+                                               &Create,
+                                               &Destroy,
+                                               &MaxEncodedSize,
+                                               &Encode,
+                                               &Decode};
+    return &vt;
+  }
+};
+
+// ------------------------------------------------------------------ transports
+
+// Concept: static Result<std::unique_ptr<Impl>> Create(const ConfigView&, refit_transport_role_t,
+//          const std::string& peer_id);
+//          Status Put(const std::string& key, const uint8_t* data, uint64_t len);
+//          Result<std::optional<uint64_t>> Size(const std::string& key);   // nullopt: no such key
+//          Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
+//          Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix);
+//          Status Remove(const std::string& key);
+template <class Impl>
+struct TransportAdapter {
+  static int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t role,
+                    const char* peer_id, void** instance_p, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::unique_ptr<Impl>> made =
+          Impl::Create(ConfigView(host, cfg), static_cast<refit_transport_role_t>(role),
+                       std::string(peer_id != nullptr ? peer_id : ""));
+      if (!made.ok()) return detail::Report(err, made.status());
+      *instance_p = made.value().release();
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static void Destroy(void* instance) { delete static_cast<Impl*>(instance); }
+  static int Put(void* instance, const char* key, const uint8_t* data, uint64_t len,
+                 refit_error_t* err) {
+    return detail::Guard(
+        err, [&] { return detail::Report(err, static_cast<Impl*>(instance)->Put(key, data, len)); });
+  }
+  static int Size(void* instance, const char* key, uint64_t* size_p, int* found_p,
+                  refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::optional<uint64_t>> r = static_cast<Impl*>(instance)->Size(key);
+      if (!r.ok()) return detail::Report(err, r.status());
+      *found_p = r.value().has_value() ? 1 : 0;
+      *size_p = r.value().value_or(0);
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static int Get(void* instance, const char* key, uint64_t offset, uint8_t* buf, uint64_t len,
+                 refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      return detail::Report(err, static_cast<Impl*>(instance)->Get(key, offset, buf, len));
+    });
+  }
+  static int List(void* instance, const char* prefix, refit_list_cb cb, void* ctx,
+                  refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::vector<std::pair<std::string, uint64_t>>> r =
+          static_cast<Impl*>(instance)->List(prefix);
+      if (!r.ok()) return detail::Report(err, r.status());
+      for (const auto& [key, size] : r.value()) cb(ctx, key.c_str(), size);
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static int Remove(void* instance, const char* key, refit_error_t* err) {
+    return detail::Guard(
+        err, [&] { return detail::Report(err, static_cast<Impl*>(instance)->Remove(key)); });
+  }
+  static const refit_transport_vtable_t* Vtable() {
+    static const refit_transport_vtable_t vt = {sizeof(refit_transport_vtable_t), 0, &Create,
+                                                &Destroy, &Put, &Size, &Get, &List, &Remove};
+    return &vt;
+  }
+};
+
+// ------------------------------------------------------------------ layouts
+
+// One canonical slice produced by a layout (owns its name).
+struct Slice {
+  std::string canonical_name;
+  refit_slice_map_t map{};
+};
+
+// Concept: static Result<std::unique_ptr<Impl>> Create(const ConfigView&, int rank, int world);
+//          Result<std::vector<Slice>> MapTensor(const refit_local_tensor_t& local) const;
+template <class Impl>
+struct LayoutAdapter {
+  static int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t rank,
+                    int32_t world, void** instance_p, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::unique_ptr<Impl>> made = Impl::Create(ConfigView(host, cfg), rank, world);
+      if (!made.ok()) return detail::Report(err, made.status());
+      *instance_p = made.value().release();
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static void Destroy(void* instance) { delete static_cast<Impl*>(instance); }
+  static int MapTensor(void* instance, const refit_local_tensor_t* local, refit_slice_cb cb,
+                       void* ctx, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      Result<std::vector<Slice>> r = static_cast<const Impl*>(instance)->MapTensor(*local);
+      if (!r.ok()) return detail::Report(err, r.status());
+      for (Slice& s : r.value()) {
+        s.map.struct_size = sizeof(refit_slice_map_t);
+        s.map.canonical_name = s.canonical_name.c_str();
+        cb(ctx, &s.map);
+      }
+      return static_cast<int>(REFIT_OK);
+    });
+  }
+  static const refit_layout_vtable_t* Vtable() {
+    static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
+                                             &MapTensor};
+    return &vt;
+  }
+};
+
+// ------------------------------------------------------------------ component rows
+
+// Each Make* has a form without config keys (a zero-length array type is ill-formed, so the keyed
+// form cannot default N to 0) and one taking &kKeys. Encodings without keys but with
+// capabilities pass nullptr for the keys.
+template <class Impl>
+constexpr refit_component_t MakeEncoding(const char* name, const char* description,
+                                         std::nullptr_t /*no keys*/ = nullptr,
+                                         uint64_t capabilities = 0) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_ENCODING, name, description,
+                           capabilities, nullptr, 0, EncodingAdapter<Impl>::Vtable()};
+}
+
+template <class Impl, size_t N>
+constexpr refit_component_t MakeEncoding(const char* name, const char* description,
+                                         const refit_config_key_t (*keys)[N],
+                                         uint64_t capabilities = 0) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_ENCODING, name, description,
+                           capabilities, *keys, N, EncodingAdapter<Impl>::Vtable()};
+}
+
+template <class Impl>
+constexpr refit_component_t MakeTransport(const char* name, const char* description) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_TRANSPORT, name, description, 0,
+                           nullptr, 0, TransportAdapter<Impl>::Vtable()};
+}
+
+template <class Impl, size_t N>
+constexpr refit_component_t MakeTransport(const char* name, const char* description,
+                                          const refit_config_key_t (*keys)[N]) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_TRANSPORT, name, description, 0,
+                           *keys, N, TransportAdapter<Impl>::Vtable()};
+}
+
+template <class Impl>
+constexpr refit_component_t MakeLayout(const char* name, const char* description) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_LAYOUT, name, description, 0,
+                           nullptr, 0, LayoutAdapter<Impl>::Vtable()};
+}
+
+template <class Impl, size_t N>
+constexpr refit_component_t MakeLayout(const char* name, const char* description,
+                                       const refit_config_key_t (*keys)[N]) {
+  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_LAYOUT, name, description, 0,
+                           *keys, N, LayoutAdapter<Impl>::Vtable()};
+}
+
+}  // namespace refit::sdk
+
+// Defines the plugin's one exported entry point. Components are refit::sdk::Make*<...>(...) rows;
+// pass config keys as &kMyKeys (a static const refit_config_key_t array).
+#define REFIT_PLUGIN(plugin_name, plugin_version, ...)                                        \
+  extern "C" REFIT_PLUGIN_ENTRY_VISIBILITY const refit_plugin_t* REFIT_PLUGIN_ENTRY_NAME(     \
+      const refit_host_api_t* host) {                                                         \
+    static const refit_component_t kComponents[] = {__VA_ARGS__};                             \
+    static const refit_plugin_t kPlugin = {sizeof(refit_plugin_t),                            \
+                                           REFIT_ABI_MAJOR,                                   \
+                                           REFIT_ABI_MINOR,                                   \
+                                           plugin_name,                                       \
+                                           plugin_version,                                    \
+                                           kComponents,                                       \
+                                           sizeof(kComponents) / sizeof(kComponents[0])};     \
+    ::refit::sdk::detail::HostSlot() = host;                                                  \
+    return &kPlugin;                                                                          \
+  }
