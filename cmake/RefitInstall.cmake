@@ -1,0 +1,47 @@
+# `cmake --install`: bin/refit, lib/librefit.so*, lib/refit/plugins/*.so (installed by
+# refit_add_plugin), the public headers, the static kernels, and the CMake package
+# lib/cmake/refit/ that third-party plugins use:
+#
+#   find_package(refit REQUIRED)
+#   refit_add_external_plugin(my_plugin SOURCES my_plugin.cc)
+include(CMakePackageConfigHelpers)
+
+set(REFIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/refit")
+
+# Exported as refit::refit, refit::headers, refit::kernels (the names the build tree aliases).
+set_target_properties(refit PROPERTIES EXPORT_NAME refit)
+set_target_properties(refit_headers PROPERTIES EXPORT_NAME headers)
+set_target_properties(refit_kernels PROPERTIES EXPORT_NAME kernels)
+
+# The installed CLI finds the installed librefit wherever the prefix is moved to; librefit itself
+# finds its plugins next to itself (DefaultPluginDir()).
+if(TARGET refit_cli)
+  set_target_properties(refit_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+endif()
+
+install(TARGETS refit refit_headers refit_kernels
+        EXPORT refitTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# Public headers only: *_internal.h and the framework/src headers never leave the tree.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/refit
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*_internal.h" EXCLUDE)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/include/refit
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh" PATTERN "*_internal.h" EXCLUDE)
+
+install(EXPORT refitTargets NAMESPACE refit:: DESTINATION ${REFIT_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/refitConfig.cmake.in
+                              ${CMAKE_CURRENT_BINARY_DIR}/refitConfig.cmake
+                              INSTALL_DESTINATION ${REFIT_INSTALL_CMAKEDIR}
+                              PATH_VARS CMAKE_INSTALL_LIBDIR)
+# 0.x: the plugin ABI, not the package version, decides plugin compatibility (checked at load).
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/refitConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/refitConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/refitConfigVersion.cmake
+        DESTINATION ${REFIT_INSTALL_CMAKEDIR})
