@@ -1,0 +1,408 @@
+#include "disk_transport.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+namespace refit::disk {
+namespace {
+
+constexpr size_t kMaxKeyLength = 512;
+// One write()/pread() moves at most this much: Linux caps a single transfer near 2 GiB anyway.
+constexpr uint64_t kMaxIoChunk = uint64_t{1} << 30;
+// Put retries creating parent directories this often when a concurrent Remove prunes them.
+constexpr int kMaxCreateAttempts = 8;
+
+// Process-wide so that two instances over one directory never pick the same tmp name.
+std::atomic<uint64_t> g_tmp_counter{0};
+
+std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+Status IoFailure(const std::string& what, const std::string& path, int err) {
+  return Status::IoError("disk transport: " + what + " '" + path + "': " + ErrnoText(err));
+}
+
+bool IsKeyChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+bool AllDigits(const std::string& s, size_t begin, size_t end) {
+  if (begin >= end) return false;
+  for (size_t i = begin; i < end; ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  return true;
+}
+
+// "<name>.tmp.<pid>.<counter>": a put in flight (or one a crashed writer left behind).
+bool IsTmpName(const std::string& name) {
+  size_t tag = name.rfind(".tmp.");
+  if (tag == std::string::npos) return false;
+  size_t digits = tag + 5;
+  size_t dot = name.find('.', digits);
+  return dot != std::string::npos && AllDigits(name, digits, dot) &&
+         AllDigits(name, dot + 1, name.size());
+}
+
+// Keys come from callers and from directory listings: quote them on one printable line.
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Checks the characters of text and its '/'-separated components inside [0, end): those are
+// complete components (a list prefix's last, partial one lies past end).
+Status ValidateComponents(const std::string& text, size_t end, const char* what) {
+  auto bad = [&](const std::string& why) {
+    return Status::Invalid(std::string("invalid transport ") + what + " '" + Printable(text) +
+                           "': " + why);
+  };
+  if (text.size() > kMaxKeyLength) {
+    // Quoting all of a huge key would drown the message: its start identifies it.
+    return Status::Invalid(std::string("invalid transport ") + what + " '" +
+                           Printable(text.substr(0, 64)) + "...': " + std::to_string(text.size()) +
+                           " characters, longer than " + std::to_string(kMaxKeyLength));
+  }
+  if (!text.empty() && text[0] == '/') return bad("must be relative (no leading '/')");
+  for (size_t start = 0; end > 0;) {
+    size_t slash = std::min(text.find('/', start), end);
+    std::string component = text.substr(start, slash - start);
+    if (component.empty()) return bad("empty path component");
+    if (component == "." || component == "..") return bad("'" + component + "' component");
+    if (slash == end) break;
+    start = slash + 1;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '/' && !IsKeyChar(text[i])) {
+      return bad("character '" + Printable(text.substr(i, 1)) + "' at offset " + std::to_string(i) +
+                 " is outside [A-Za-z0-9._-]");
+    }
+  }
+  return Status::OK();
+}
+
+// Owns an fd; closes it on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now and reports close's errno (0 on success): NFS reports write errors at close.
+  int Close() {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    return rc == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_;
+};
+
+// 0 or the errno of the first failure. Some filesystems refuse fsync on a directory (EINVAL):
+// durability is then the filesystem's business, not an error of ours.
+int FsyncDirectory(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  Fd guard(fd);
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) return errno;
+  return 0;
+}
+
+std::string ParentOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
+}
+
+struct WalkState {
+  const std::string* prefix;
+  std::vector<std::pair<std::string, uint64_t>>* out;
+};
+
+// Lists regular files under abs_dir (whose key prefix is rel_dir, "" or ending in '/').
+// Entries that vanish mid-walk (a concurrent Remove) are skipped, not errors. In the first
+// directory only names starting with name_filter are visited: the prefix's partial component.
+Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::string& name_filter,
+            const WalkState& state) {
+  DIR* d = ::opendir(abs_dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT || errno == ENOTDIR) return Status::OK();
+    return IoFailure("list: cannot open directory", abs_dir, errno);
+  }
+  std::vector<std::string> subdirs;
+  Status st;
+  while (true) {
+    errno = 0;
+    struct dirent* entry = ::readdir(d);
+    if (entry == nullptr) {
+      if (errno != 0) st = IoFailure("list: cannot read directory", abs_dir, errno);
+      break;
+    }
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (name.compare(0, name_filter.size(), name_filter) != 0) continue;
+    // Foreign files whose names are not keys (editor backups, "a b") are not ours to list.
+    if (!std::all_of(name.begin(), name.end(), IsKeyChar)) continue;
+    struct stat sb;
+    if (::fstatat(dirfd(d), entry->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      st = IoFailure("list: cannot stat", abs_dir + "/" + name, errno);
+      break;
+    }
+    std::string key = rel_dir + name;
+    if (S_ISDIR(sb.st_mode)) {
+      subdirs.push_back(name);
+    } else if (S_ISREG(sb.st_mode) && !IsTmpName(name) &&
+               key.compare(0, state.prefix->size(), *state.prefix) == 0) {
+      state.out->emplace_back(std::move(key), static_cast<uint64_t>(sb.st_size));
+    }
+  }
+  ::closedir(d);  // before recursing: depth is bounded by the key length, fds are not
+  RETURN_NOT_OK(st);
+  for (const std::string& sub : subdirs) {
+    RETURN_NOT_OK(Walk(abs_dir + "/" + sub, rel_dir + sub + "/", "", state));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateKey(const std::string& key) {
+  if (key.empty()) return Status::Invalid("invalid transport key '': empty");
+  RETURN_NOT_OK(ValidateComponents(key, key.size(), "key"));
+  std::string last = key.substr(key.rfind('/') + 1);
+  if (IsTmpName(last)) {
+    return Status::Invalid("invalid transport key '" + key +
+                           "': names ending in .tmp.<digits>.<digits> are reserved for puts in "
+                           "flight");
+  }
+  return Status::OK();
+}
+
+Status ValidatePrefix(const std::string& prefix) {
+  size_t last_slash = prefix.rfind('/');
+  size_t complete_end = last_slash == std::string::npos ? 0 : last_slash;
+  return ValidateComponents(prefix, complete_end, "list prefix");
+}
+
+Result<std::unique_ptr<DiskTransport>> DiskTransport::Create(const sdk::ConfigView& cfg,
+                                                             refit_transport_role_t /*role*/,
+                                                             const std::string& /*peer_id*/) {
+  DiskOptions options;
+  ASSIGN_OR_RAISE(options.dir, cfg.GetString("dir", ""));
+  if (options.dir.empty()) {
+    return Status::Invalid(
+        "config key 'dir' is required (the shared directory of the disk transport) and must not "
+        "be empty");
+  }
+  ASSIGN_OR_RAISE(options.fsync, cfg.GetBool("fsync", true));
+  return Open(std::move(options));
+}
+
+Result<std::unique_ptr<DiskTransport>> DiskTransport::Open(DiskOptions options) {
+  if (options.dir.empty()) return Status::Invalid("disk transport: empty directory path");
+  std::error_code ec;
+  // Absolute, so a later chdir() of the host process cannot move the channel.
+  std::filesystem::path dir = std::filesystem::absolute(options.dir, ec).lexically_normal();
+  if (ec) return IoFailure("cannot resolve directory", options.dir, ec.value());
+  std::string normalized = dir.string();
+  while (normalized.size() > 1 && normalized.back() == '/') normalized.pop_back();
+  std::filesystem::create_directories(normalized, ec);
+  if (ec) return IoFailure("cannot create directory", normalized, ec.value());
+  struct stat sb;
+  if (::stat(normalized.c_str(), &sb) != 0) return IoFailure("cannot stat", normalized, errno);
+  if (!S_ISDIR(sb.st_mode)) {
+    return Status::IoError("disk transport: '" + normalized + "' exists and is not a directory");
+  }
+  options.dir = std::move(normalized);
+  return std::unique_ptr<DiskTransport>(new DiskTransport(std::move(options)));
+}
+
+Status DiskTransport::MakeParentDirs(const std::string& key) const {
+  size_t slash = key.find('/');
+  while (slash != std::string::npos) {
+    std::string path = PathOf(key.substr(0, slash));
+    if (::mkdir(path.c_str(), 0755) == 0) {
+      // A new directory entry is only durable once its parent is synced.
+      if (options_.fsync) {
+        int err = FsyncDirectory(ParentOf(path));
+        if (err != 0) return IoFailure("put '" + key + "': cannot fsync directory", path, err);
+      }
+    } else if (errno != EEXIST) {
+      return IoFailure("put '" + key + "': cannot create directory", path, errno);
+    }
+    slash = key.find('/', slash + 1);
+  }
+  return Status::OK();
+}
+
+Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
+  RETURN_NOT_OK(ValidateKey(key));
+  if (data == nullptr && len != 0) return Status::Invalid("put '" + key + "': null data");
+  const std::string final_path = PathOf(key);
+  const std::string tmp_path = final_path + ".tmp." + std::to_string(::getpid()) + "." +
+                               std::to_string(g_tmp_counter.fetch_add(1));
+
+  int fd = -1;
+  for (int attempt = 0; attempt < kMaxCreateAttempts && fd < 0; ++attempt) {
+    fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) break;
+    // ENOENT: the parent is missing (first put under it, or a concurrent Remove pruned it).
+    if (errno != ENOENT) return IoFailure("put '" + key + "': cannot create", tmp_path, errno);
+    RETURN_NOT_OK(MakeParentDirs(key));
+  }
+  if (fd < 0) return IoFailure("put '" + key + "': cannot create", tmp_path, ENOENT);
+
+  Fd file(fd);
+  auto fail = [&](const std::string& what, int err) {
+    file.Close();
+    ::unlink(tmp_path.c_str());
+    return IoFailure("put '" + key + "': " + what, tmp_path, err);
+  };
+  uint64_t done = 0;
+  while (done < len) {
+    size_t chunk = static_cast<size_t>(std::min(len - done, kMaxIoChunk));
+    ssize_t n = ::write(fd, data + done, chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(
+          "write failed at byte " + std::to_string(done) + " of " + std::to_string(len) + " to",
+          errno);
+    }
+    if (n == 0) return fail("write made no progress on", EIO);
+    done += static_cast<uint64_t>(n);
+  }
+  if (options_.fsync && ::fsync(fd) != 0) return fail("fsync failed on", errno);
+  if (int err = file.Close(); err != 0) {
+    ::unlink(tmp_path.c_str());
+    return IoFailure("put '" + key + "': close failed on", tmp_path, err);
+  }
+  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp_path.c_str());
+    return IoFailure("put '" + key + "': cannot rename " + tmp_path + " to", final_path, err);
+  }
+  if (options_.fsync) {
+    std::string parent = ParentOf(final_path);
+    if (int err = FsyncDirectory(parent); err != 0) {
+      return IoFailure("put '" + key + "': cannot fsync directory", parent, err);
+    }
+  }
+  return Status::OK();
+}
+
+Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
+  RETURN_NOT_OK(ValidateKey(key));
+  const std::string path = PathOf(key);
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::optional<uint64_t>();
+    return IoFailure("size '" + key + "': cannot stat", path, errno);
+  }
+  if (!S_ISREG(sb.st_mode)) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(static_cast<uint64_t>(sb.st_size));
+}
+
+Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
+  RETURN_NOT_OK(ValidateKey(key));
+  if (len > UINT64_MAX - offset) {
+    return Status::Invalid("get '" + key + "': range offset " + std::to_string(offset) + " + " +
+                           std::to_string(len) + " overflows");
+  }
+  if (buf == nullptr && len != 0) return Status::Invalid("get '" + key + "': null buffer");
+  const std::string path = PathOf(key);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return Status::NotFound("disk transport: key '" + key + "' does not exist (" + path + ")");
+    }
+    return IoFailure("get '" + key + "': cannot open", path, errno);
+  }
+  Fd file(fd);
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0) return IoFailure("get '" + key + "': cannot stat", path, errno);
+  if (!S_ISREG(sb.st_mode)) {
+    return Status::NotFound("disk transport: key '" + key + "' does not exist (" + path +
+                            " is not a regular file)");
+  }
+  auto too_short = [&](uint64_t available) {
+    return Status::Corrupt("key '" + key + "': wanted bytes [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + len) + ") but the object has " +
+                           std::to_string(available));
+  };
+  const uint64_t size = static_cast<uint64_t>(sb.st_size);
+  if (offset + len > size) return too_short(size);
+  uint64_t done = 0;
+  while (done < len) {
+    size_t chunk = static_cast<size_t>(std::min(len - done, kMaxIoChunk));
+    ssize_t n = ::pread(fd, buf + done, chunk, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoFailure(
+          "get '" + key + "': read failed at byte " + std::to_string(offset + done) + " of", path,
+          errno);
+    }
+    if (n == 0) return too_short(offset + done);  // truncated behind our back
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> DiskTransport::List(
+    const std::string& prefix) {
+  RETURN_NOT_OK(ValidatePrefix(prefix));
+  // Only the subtree named by the prefix's directory part is walked.
+  size_t last_slash = prefix.rfind('/');
+  std::string rel_dir = last_slash == std::string::npos ? "" : prefix.substr(0, last_slash + 1);
+  std::string partial = last_slash == std::string::npos ? prefix : prefix.substr(last_slash + 1);
+  std::string abs_dir = rel_dir.empty() ? options_.dir : PathOf(rel_dir.substr(0, last_slash));
+  std::vector<std::pair<std::string, uint64_t>> out;
+  RETURN_NOT_OK(Walk(abs_dir, rel_dir, partial, WalkState{&prefix, &out}));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void DiskTransport::PruneEmptyParents(const std::string& key) const {
+  size_t slash = key.rfind('/');
+  while (slash != std::string::npos && slash > 0) {
+    // rmdir fails on a non-empty directory: that is where pruning stops.
+    if (::rmdir(PathOf(key.substr(0, slash)).c_str()) != 0) return;
+    slash = key.rfind('/', slash - 1);
+  }
+}
+
+Status DiskTransport::Remove(const std::string& key) {
+  RETURN_NOT_OK(ValidateKey(key));
+  const std::string path = PathOf(key);
+  if (::unlink(path.c_str()) != 0) {
+    // A directory is "missing" as a key (see Size), so removing it is a no-op like ENOENT.
+    if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) return Status::OK();
+    return IoFailure("remove '" + key + "': cannot unlink", path, errno);
+  }
+  PruneEmptyParents(key);
+  return Status::OK();
+}
+
+}  // namespace refit::disk
