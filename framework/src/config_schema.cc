@@ -1,0 +1,97 @@
+// The framework's config keys (docs/config.md documents each) and whole-file validation.
+#include <set>
+
+#include "refit/pipeline.h"
+
+namespace refit {
+
+std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
+  std::vector<ConfigKeySpec> specs = {
+      {"sender.state_dir", REFIT_CFG_STRING, "", "directory holding the sender's baseline and state"},
+      {"sender.encoding", REFIT_CFG_STRING, "\"indices\"", "encoding of changed records"},
+      {"sender.bucket_bytes", REFIT_CFG_SIZE, "\"64MiB\"", "payload size cap (one flush)"},
+      {"sender.chunk_bytes", REFIT_CFG_SIZE, "\"16MiB\"",
+       "tensors are cut into records of at most this many dense bytes"},
+      {"sender.receivers", REFIT_CFG_STRING_LIST, "[]",
+       "receiver ids that must acknowledge a version before the baseline advances"},
+      {"sender.ack_timeout_s", REFIT_CFG_DOUBLE, "600", "seconds to wait for acknowledgements"},
+      {"sender.full_every", REFIT_CFG_INT, "0", "send a full sync every N versions (0: never)"},
+      {"sender.weights", REFIT_CFG_STRING, "", "safetensors file `refit send` publishes"},
+      {"sender.poll_interval_ms", REFIT_CFG_INT, "50", "ack polling interval"},
+      {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
+      {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
+      {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+       "memory cap for one payload plus one record's scratch while applying"},
+      {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
+      {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},
+      {"layout.name", REFIT_CFG_STRING, "\"hf\"", "layout plugin of the sender's weights"},
+      {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
+      {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
+  };
+  return specs;
+}
+
+Status ValidateConfig(const Config& config, const Registry& registry) {
+  // Framework sections first, then the plugin sections [kind.name].
+  const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
+  for (const char* section : {"sender", "receiver", "plugins"}) {
+    RETURN_NOT_OK(config.Validate(specs, section));
+  }
+  const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
+                                             "layout", "encoding"};
+  for (const auto& [key, value] : config.values()) {
+    std::string root = key.substr(0, key.find('.'));
+    if (known_roots.count(root) == 0) {
+      return Status::Invalid(config.Where(key) + ": unknown key '" + key + "'");
+    }
+  }
+  struct Kind {
+    const char* root;
+    refit_component_kind_t kind;
+  };
+  for (Kind k : {Kind{"transport", REFIT_KIND_TRANSPORT}, Kind{"layout", REFIT_KIND_LAYOUT},
+                 Kind{"encoding", REFIT_KIND_ENCODING}}) {
+    std::set<std::string> validated;
+    for (const std::string& key : config.KeysUnder(k.root)) {
+      std::string rest = key.substr(std::string(k.root).size() + 1);
+      size_t dot = rest.find('.');
+      if (dot == std::string::npos) {
+        if (k.kind != REFIT_KIND_ENCODING && rest == "name") {
+          ASSIGN_OR_RAISE(std::string name, config.GetString(key, ""));
+          if (registry.Find(k.kind, name) == nullptr) {
+            return Status::Invalid(config.Where(key) + ": unknown " + k.root + " '" + name + "'");
+          }
+          continue;
+        }
+        return Status::Invalid(config.Where(key) + ": unknown key '" + key + "'");
+      }
+      std::string name = rest.substr(0, dot);
+      if (!validated.insert(name).second) continue;
+      const ComponentInfo* info = registry.Find(k.kind, name);
+      if (info == nullptr) {
+        return Status::Invalid(config.Where(key) + ": section [" + std::string(k.root) + "." +
+                               name + "] names an unknown " + k.root + " '" + name + "'");
+      }
+      std::vector<ConfigKeySpec> plugin_specs;
+      std::string section = std::string(k.root) + "." + name;
+      for (ConfigKeySpec spec : info->config_keys) {
+        spec.name = section + "." + spec.name;
+        plugin_specs.push_back(std::move(spec));
+      }
+      RETURN_NOT_OK(config.Validate(plugin_specs, section));
+    }
+  }
+  ASSIGN_OR_RAISE(std::string encoding, config.GetString("sender.encoding", "indices"));
+  if (registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
+    return Status::Invalid(config.Where("sender.encoding") + ": unknown encoding '" + encoding +
+                           "'");
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<Registry>> MakeRegistry(const Config* config) {
+  ASSIGN_OR_RAISE(std::unique_ptr<Registry> registry, LoadRegistry(config));
+  return std::shared_ptr<Registry>(std::move(registry));
+}
+
+}  // namespace refit

@@ -1,0 +1,152 @@
+// Internal building blocks shared by the sender, the receiver and offline deltas.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "refit/box.h"
+#include "refit/config.h"
+#include "refit/pipeline.h"
+#include "refit/registry.h"
+#include "refit/safetensors.h"
+#include "refit/wire.h"
+
+namespace refit::internal {
+
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Encodings by name, created on first use with their [encoding.<name>] config section.
+class EncodingCache {
+ public:
+  EncodingCache(const Registry& registry, const Config* config)
+      : registry_(registry), config_(config) {}
+  Result<const Encoding*> Get(const std::string& name);
+
+ private:
+  const Registry& registry_;
+  const Config* config_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Encoding>> encodings_;
+};
+
+// One slice to diff and encode: a box of a local tensor that maps onto a box (same extent) of a
+// canonical tensor.
+struct SliceSource {
+  std::string tensor;  // canonical name
+  DType dtype = DType::kU8;
+  Shape canonical_shape;
+  Shape canonical_offset;
+  Shape local_shape;
+  Box local_box;
+  const uint8_t* new_bits = nullptr;  // local tensor base
+  const uint8_t* old_bits = nullptr;  // local baseline base; null for a full sync
+};
+
+// Diffs, encodes and packs records into size-capped payloads, handing each full payload to
+// `flush`. The payload bytes do not depend on timing or threads.
+class DeltaWriter {
+ public:
+  using FlushFn = std::function<Status(std::vector<uint8_t>&& payload, uint64_t records)>;
+  DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
+              uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush);
+
+  Status Add(const SliceSource& slice);
+  Status Finish();  // flushes the last partial payload
+
+  uint64_t total_elements = 0;
+  uint64_t changed_elements = 0;
+  uint64_t model_bytes = 0;
+  uint64_t changed_bytes = 0;
+  uint64_t records = 0;
+  double diff_seconds = 0;
+  double encode_seconds = 0;
+
+ private:
+  Status AddChunk(const SliceSource& s, const Box& rel);
+  Status Flush();
+
+  EncodingCache& encodings_;
+  std::string encoding_;
+  uint64_t chunk_bytes_;
+  uint64_t bucket_bytes_;
+  PayloadBuilder builder_;
+  FlushFn flush_;
+  std::vector<uint64_t> positions_;
+  std::vector<uint8_t> old_scratch_;
+  std::vector<uint8_t> new_scratch_;
+  std::vector<uint8_t> encoded_;
+};
+
+// Puts payloads on a background thread: at most one being written while the next one is built.
+class AsyncPutter {
+ public:
+  using PutFn = std::function<Status(const std::string& key, const std::vector<uint8_t>& bytes)>;
+  explicit AsyncPutter(PutFn put);
+  ~AsyncPutter();
+  // Blocks until the writer is idle, then hands over the payload. Returns an earlier put's error.
+  Status Submit(std::string key, std::vector<uint8_t>&& payload);
+  // Waits for the last put; returns the first error.
+  Status Drain();
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  void Run();
+  PutFn put_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string slot_key_;
+  std::vector<uint8_t> slot_;
+  bool has_work_ = false;
+  bool busy_ = false;
+  bool stop_ = false;
+  Status error_;
+  double wait_seconds_ = 0;
+  std::thread thread_;
+};
+
+// Where a record lands: a box (same extent as the record's) of a writable local tensor. The
+// receiver's layout decides; for canonical (hf) receivers it is the record's own box.
+struct ApplyTarget {
+  TensorView* tensor = nullptr;
+  Box box;
+};
+using TensorResolver = std::function<Result<ApplyTarget>(const RecordHeader& record)>;
+
+// The identity resolver over canonical tensors by name (checks name, dtype and full shape).
+TensorResolver CanonicalResolver(std::map<std::string, TensorView*> tensors);
+
+// Validates, decodes, applies and digest-verifies every record of a payload.
+Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
+                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats);
+
+// Writes a new safetensors file laid out for `specs`, each tensor's bytes copied from `source`
+// when it holds a tensor of the same name, dtype and shape, else zero. Not atomic: callers write
+// to a temporary name and rename.
+Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& specs,
+                       const SafetensorsFile* source, Metadata metadata);
+
+// Small control files (state json): tmp + fsync + rename.
+Status WriteFileAtomic(const std::string& path, std::string_view contents);
+Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
+Status FsyncPath(const std::string& path);
+
+std::vector<TensorSpec> SpecsOf(const std::vector<TensorView>& tensors);
+
+}  // namespace refit::internal

@@ -1,0 +1,275 @@
+// The receiver pipeline: poll commit -> fetch manifest and payloads -> decode + apply in place
+// within a byte cap -> verify each record's digest -> commit the version locally -> acknowledge.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine.h"
+#include "refit/kernels/diff.h"
+#include "refit/pipeline.h"
+
+namespace refit {
+
+using internal::Stopwatch;
+using json = nlohmann::json;
+
+namespace {
+constexpr uint64_t kMaxControlBytes = 64ull << 20;
+}
+
+struct Receiver::Impl {
+  Config config;
+  std::shared_ptr<Registry> registry;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<internal::EncodingCache> encodings;
+  std::string id;
+  std::string state_dir;
+  uint64_t apply_bytes = 0;
+  uint64_t version = 0;
+  bool asked_full = false;
+  std::unique_ptr<SafetensorsFile> model;
+  std::vector<uint8_t> payload_buffer;
+  std::vector<uint8_t> scratch;
+
+  std::string ModelPath() const { return state_dir + "/model.safetensors"; }
+  std::string StatePath() const { return state_dir + "/receiver.json"; }
+
+  Status SaveState() {
+    json j = {{"version", version}, {"receiver", id}};
+    return internal::WriteFileAtomic(StatePath(), j.dump(1));
+  }
+
+  Status LoadState() {
+    auto text = internal::ReadSmallFile(StatePath(), 1 << 20);
+    if (!text.ok()) {
+      // No state, or state we cannot read: never guess, ask for a full sync.
+      return text.status().code() == StatusCode::kNotFound ? Status::OK() : text.status();
+    }
+    json j = json::parse(text.value(), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j["version"].is_number_unsigned()) {
+      return Status::OK();
+    }
+    auto file = SafetensorsFile::Open(ModelPath(), /*writable=*/true);
+    if (!file.ok()) return Status::OK();
+    model = std::move(file).value();
+    version = j["version"].get<uint64_t>();
+    return Status::OK();
+  }
+
+  Result<std::optional<Commit>> ReadCommit(uint64_t v) {
+    auto bytes = transport->GetAll(CommitKey(v), kMaxControlBytes);
+    if (!bytes.ok()) {
+      if (bytes.status().code() == StatusCode::kNotFound) return std::optional<Commit>();
+      return bytes.status();
+    }
+    ASSIGN_OR_RAISE(Commit c, ParseCommit(bytes.value().data(), bytes.value().size(), CommitKey(v)));
+    if (c.version != v) return Status::Corrupt(CommitKey(v) + ": names version " + std::to_string(c.version));
+    return std::optional<Commit>(c);
+  }
+
+  Result<std::vector<Manifest>> ReadManifests(const Commit& c) {
+    std::vector<Manifest> out;
+    for (const PayloadRef& ref : c.manifests) {
+      ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, transport->GetAll(ref.key, kMaxControlBytes));
+      if (kernels::Digest64(bytes.data(), bytes.size()) != ref.xxh3) {
+        return Status::Corrupt(ref.key + ": checksum differs from the commit marker's");
+      }
+      ASSIGN_OR_RAISE(Manifest m, ParseManifest(bytes.data(), bytes.size(), ref.key));
+      if (m.version != c.version || m.full != c.full) {
+        return Status::Corrupt(ref.key + ": manifest does not match commit " +
+                               std::to_string(c.version));
+      }
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+  Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats) {
+    std::map<std::string, TensorView*> by_name;
+    std::vector<TensorView> tensors = model->tensors();
+    for (TensorView& t : tensors) by_name[t.name] = &t;
+    internal::TensorResolver resolve = internal::CanonicalResolver(by_name);
+    for (const Manifest& m : manifests) {
+      for (const PayloadRef& p : m.payloads) {
+        if (p.bytes > apply_bytes) {
+          return Status::Invalid(p.key + ": payload of " + std::to_string(p.bytes) +
+                                 " bytes exceeds receiver.apply_bytes = " +
+                                 std::to_string(apply_bytes));
+        }
+        Stopwatch fetch;
+        payload_buffer.resize(p.bytes);
+        RETURN_NOT_OK(transport->Get(p.key, 0, payload_buffer.data(), p.bytes));
+        if (kernels::Digest64(payload_buffer.data(), p.bytes) != p.xxh3) {
+          return Status::Corrupt(p.key + ": payload checksum mismatch (corrupted in transit?)");
+        }
+        stats->fetch_seconds += fetch.Seconds();
+        Stopwatch apply;
+        ASSIGN_OR_RAISE(Payload payload, Payload::Parse(payload_buffer.data(), p.bytes, p.key));
+        RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve,
+                                             apply_bytes, scratch, stats));
+        stats->apply_seconds += apply.Seconds();
+        stats->payloads++;
+        stats->payload_bytes += p.bytes;
+      }
+    }
+    return Status::OK();
+  }
+
+  Status ApplyFull(const Commit& c, const std::vector<Manifest>& manifests, ApplyStats* stats) {
+    std::vector<TensorSpec> specs;
+    std::map<std::string, size_t> seen;
+    for (const Manifest& m : manifests) {
+      for (const TensorSpec& t : m.tensors) {
+        if (seen.emplace(t.name, specs.size()).second) specs.push_back(t);
+      }
+    }
+    const std::string tmp = ModelPath() + ".incoming";
+    model.reset();
+    RETURN_NOT_OK(internal::CreateModelFile(tmp, specs, nullptr,
+                                            {{"refit.version", std::to_string(c.version)}}));
+    ASSIGN_OR_RAISE(model, SafetensorsFile::Open(tmp, /*writable=*/true));
+    Status st = ApplyPayloads(manifests, stats);
+    if (st.ok()) st = model->Sync();
+    model.reset();
+    if (!st.ok()) {
+      ::unlink(tmp.c_str());
+      // The previous model (if any) is untouched; reopen it.
+      (void)LoadState();
+      return st;
+    }
+    if (::rename(tmp.c_str(), ModelPath().c_str()) != 0) {
+      return Status::IoError("rename " + tmp + ": " + std::strerror(errno));
+    }
+    RETURN_NOT_OK(internal::FsyncPath(state_dir));
+    ASSIGN_OR_RAISE(model, SafetensorsFile::Open(ModelPath(), /*writable=*/true));
+    return Status::OK();
+  }
+
+  // Applies version c (full or a delta on our version), commits it locally, acknowledges it.
+  Result<ApplyStats> Apply(const Commit& c) {
+    Stopwatch total;
+    ApplyStats stats;
+    stats.version = c.version;
+    stats.full = c.full;
+    ASSIGN_OR_RAISE(std::vector<Manifest> manifests, ReadManifests(c));
+    if (c.full) {
+      RETURN_NOT_OK(ApplyFull(c, manifests, &stats));
+    } else {
+      RETURN_NOT_OK(ApplyPayloads(manifests, &stats));
+      RETURN_NOT_OK(model->Sync());
+    }
+    version = c.version;
+    RETURN_NOT_OK(SaveState());
+    stats.total_seconds = total.Seconds();
+    Ack ack{id, c.version, stats.total_seconds, stats.records};
+    std::string text = SerializeAck(ack);
+    RETURN_NOT_OK(transport->Put(AckKey(id, c.version),
+                                 reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    if (c.full && asked_full) {
+      RETURN_NOT_OK(transport->Remove(NeedFullKey(id)));
+      asked_full = false;
+    }
+    return stats;
+  }
+
+  Status RequestFull(const std::string& why) {
+    if (!asked_full) {
+      json j = {{"receiver", id}, {"version", version}, {"reason", why}};
+      std::string text = j.dump();
+      RETURN_NOT_OK(transport->Put(NeedFullKey(id), reinterpret_cast<const uint8_t*>(text.data()),
+                                   text.size()));
+      asked_full = true;
+    }
+    return Status::OK();
+  }
+
+  // The newest committed full version above `after`, and the newest committed version at all,
+  // by listing the sync directory.
+  struct CommitScan {
+    std::optional<uint64_t> latest_full;
+    std::optional<uint64_t> latest;
+  };
+  Result<CommitScan> ScanCommits(uint64_t after) {
+    ASSIGN_OR_RAISE(auto keys, transport->List("v"));
+    CommitScan scan;
+    for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+      const std::string& key = it->first;
+      if (key.size() < 7 || key.compare(key.size() - 7, 7, "/COMMIT") != 0) continue;
+      std::optional<uint64_t> v = VersionOfKey(key);
+      if (!v || *v <= after) continue;
+      if (!scan.latest || *v > *scan.latest) scan.latest = *v;
+      if (scan.latest_full && *v <= *scan.latest_full) continue;
+      ASSIGN_OR_RAISE(std::optional<Commit> c, ReadCommit(*v));
+      if (c && c->full) scan.latest_full = *v;
+    }
+    return scan;
+  }
+};
+
+Receiver::Receiver() : impl_(std::make_unique<Impl>()) {}
+Receiver::~Receiver() = default;
+
+Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
+  std::unique_ptr<Receiver> r(new Receiver());
+  Impl& m = *r->impl_;
+  m.config = config;
+  ASSIGN_OR_RAISE(m.registry, MakeRegistry(&m.config));
+  RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
+  ASSIGN_OR_RAISE(m.id, m.config.GetString("receiver.id", "r0"));
+  ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("receiver.state_dir"));
+  ASSIGN_OR_RAISE(m.apply_bytes, m.config.GetSize("receiver.apply_bytes", 256ull << 20));
+  ASSIGN_OR_RAISE(std::string transport, m.config.GetString("transport.name", "disk"));
+  ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_RECEIVER, m.id,
+                                                           &m.config, "transport." + transport));
+  m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
+  if (::mkdir(m.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::IoError("mkdir " + m.state_dir + ": " + std::strerror(errno));
+  }
+  RETURN_NOT_OK(m.LoadState());
+  auto nf = m.transport->Size(NeedFullKey(m.id));
+  m.asked_full = nf.ok() && nf.value().has_value();
+  return r;
+}
+
+uint64_t Receiver::version() const { return impl_->version; }
+std::string Receiver::model_path() const { return impl_->ModelPath(); }
+
+Result<std::optional<ApplyStats>> Receiver::PollOnce() {
+  Impl& m = *impl_;
+  ASSIGN_OR_RAISE(std::optional<Commit> next, m.ReadCommit(m.version + 1));
+  std::optional<uint64_t> newest;
+  if (!next || m.version == 0 || m.asked_full) {
+    // Without a usable next delta, jump to the newest full sync if one is out there.
+    ASSIGN_OR_RAISE(Impl::CommitScan scan, m.ScanCommits(m.version));
+    newest = scan.latest;
+    if (scan.latest_full && (!next || !next->full || *scan.latest_full > next->version)) {
+      ASSIGN_OR_RAISE(next, m.ReadCommit(*scan.latest_full));
+    }
+  }
+  if (!next) {
+    if (m.version == 0 && newest) {
+      // Versions exist but none we can start from: ask instead of guessing.
+      std::string why = "need full sync: receiver '" + m.id + "' has no committed state and " +
+                        "version " + std::to_string(*newest) + " is a delta";
+      RETURN_NOT_OK(m.RequestFull(why));
+      return Status::VersionMismatch(why);
+    }
+    return std::optional<ApplyStats>();
+  }
+  if (!next->full && (m.version == 0 || next->base_version != m.version)) {
+    std::string why = "need full sync: receiver '" + m.id + "' holds version " +
+                      std::to_string(m.version) + ", version " + std::to_string(next->version) +
+                      " is a delta on version " +
+                      (next->base_version ? std::to_string(*next->base_version) : "?");
+    RETURN_NOT_OK(m.RequestFull(why));
+    return Status::VersionMismatch(why);
+  }
+  ASSIGN_OR_RAISE(ApplyStats stats, m.Apply(*next));
+  return std::optional<ApplyStats>(stats);
+}
+
+}  // namespace refit
