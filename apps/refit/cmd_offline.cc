@@ -1,0 +1,174 @@
+// refit diff / apply / inspect / plugins, and the small formatting helpers.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "refit/pipeline.h"
+#include "refit/safetensors.h"
+#include "refit/wire.h"
+
+namespace refit::cli {
+
+Result<uint64_t> ParseCount(const std::string& text) {
+  if (text.empty()) return Status::Invalid("empty count");
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  std::string suffix(end);
+  double scale = 1;
+  if (suffix == "k" || suffix == "K") scale = 1e3;
+  else if (suffix == "M" || suffix == "m") scale = 1e6;
+  else if (suffix == "G" || suffix == "g" || suffix == "B") scale = 1e9;
+  else if (!suffix.empty()) return Status::Invalid("count '" + text + "': unknown suffix '" + suffix + "'");
+  if (end == text.c_str() || !(value > 0) || value * scale > 1e13) {
+    return Status::Invalid("count '" + text + "' must be a positive number like 100M");
+  }
+  return static_cast<uint64_t>(value * scale);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  char buf[32];
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1000 && u < 4) {
+    v /= 1000;
+    ++u;
+  }
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string HumanCount(uint64_t n) {
+  char buf[32];
+  if (n >= 1000000000) std::snprintf(buf, sizeof(buf), "%.2fG", n / 1e9);
+  else if (n >= 1000000) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1000) std::snprintf(buf, sizeof(buf), "%.1fk", n / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%" PRIu64, n);
+  return buf;
+}
+
+namespace {
+
+Result<std::unique_ptr<Config>> LoadOptionalConfig(const std::string& path) {
+  if (path.empty()) return std::unique_ptr<Config>();
+  ASSIGN_OR_RAISE(Config config, Config::FromFile(path));
+  return std::make_unique<Config>(std::move(config));
+}
+
+}  // namespace
+
+Status RunDiff(const std::string& base, const std::string& next, const std::string& out,
+               const std::string& encoding, const std::string& config_path) {
+  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
+  if (config) RETURN_NOT_OK(ValidateConfig(*config, *registry));
+  ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *registry, config.get()));
+  double density = s.total_elements ? 100.0 * s.changed_elements / s.total_elements : 0;
+  std::printf("%s: %" PRIu64 " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
+              "%" PRIu64 " records\n",
+              out.c_str(), s.tensors, HumanCount(s.changed_elements).c_str(),
+              HumanCount(s.total_elements).c_str(), density, HumanBytes(s.delta_bytes).c_str(),
+              s.model_bytes ? static_cast<double>(s.delta_bytes) / s.model_bytes : 0.0, s.records);
+  return Status::OK();
+}
+
+Status RunApply(const std::string& base, const std::string& delta, const std::string& out,
+                const std::string& config_path) {
+  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
+  if (config) RETURN_NOT_OK(ValidateConfig(*config, *registry));
+  ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *registry, config.get()));
+  std::printf("%s: applied %" PRIu64 " records (%s changed elements), digests verified\n",
+              out.c_str(), s.records, HumanCount(s.changed_elements).c_str());
+  return Status::OK();
+}
+
+Status RunInspect(const std::string& path, bool records) {
+  // JSON control objects (manifest, commit) are printed as they are after validation.
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) return Status::NotFound(path + ": cannot open");
+  int first = probe.peek();
+  if (first == '{') {
+    std::stringstream ss;
+    ss << probe.rdbuf();
+    std::string text = ss.str();
+    const auto* data = reinterpret_cast<const uint8_t*>(text.data());
+    if (text.find(kManifestFormat) != std::string::npos) {
+      ASSIGN_OR_RAISE(Manifest m, ParseManifest(data, text.size(), path));
+      std::printf("%s: manifest of version %" PRIu64 " (%s), rank %d/%d, %zu payloads, %s, "
+                  "%s of %s elements changed\n",
+                  path.c_str(), m.version, m.full ? "full" : "delta", m.rank, m.world,
+                  m.payloads.size(), HumanBytes(m.payload_bytes).c_str(),
+                  HumanCount(m.changed_elements).c_str(), HumanCount(m.total_elements).c_str());
+      return Status::OK();
+    }
+    ASSIGN_OR_RAISE(Commit c, ParseCommit(data, text.size(), path));
+    std::printf("%s: commit of version %" PRIu64 " (%s), world %d\n", path.c_str(), c.version,
+                c.full ? "full" : "delta", c.world);
+    return Status::OK();
+  }
+  probe.close();
+  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+  auto fmt = file->metadata().find("refit.format");
+  if (fmt == file->metadata().end()) {
+    uint64_t elements = 0, bytes = 0;
+    for (const TensorView& t : file->tensors()) {
+      elements += t.num_elements();
+      bytes += t.nbytes();
+    }
+    std::printf("%s: safetensors checkpoint, %zu tensors, %s elements, %s\n", path.c_str(),
+                file->tensors().size(), HumanCount(elements).c_str(), HumanBytes(bytes).c_str());
+    for (const TensorView& t : file->tensors()) {
+      std::printf("  %-60s %-8s %s\n", t.name.c_str(), std::string(NameOf(t.dtype)).c_str(),
+                  ShapeToString(t.shape).c_str());
+    }
+    return Status::OK();
+  }
+  // Delta or payload: reparse the same bytes as a payload (validates every record).
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RAISE(Payload p, Payload::Parse(bytes.data(), bytes.size(), path));
+  uint64_t changed = 0;
+  for (const RecordHeader& r : p.records()) changed += r.changed;
+  std::printf("%s: %s, %zu records, %s changed elements, %s\n", path.c_str(), fmt->second.c_str(),
+              p.records().size(), HumanCount(changed).c_str(), HumanBytes(bytes.size()).c_str());
+  for (const auto& [key, value] : p.metadata()) {
+    if (key == "refit.records" || key == "refit.tensors") continue;
+    std::printf("  %s = %s\n", key.c_str(), value.c_str());
+  }
+  if (records) {
+    for (size_t i = 0; i < p.records().size(); ++i) {
+      const RecordHeader& r = p.records()[i];
+      std::printf("  [%zu] %s %s%s box+%s%s %s/%s changed=%" PRIu64 " bytes=%" PRIu64
+                  " digest=%s\n",
+                  i, r.tensor.c_str(), std::string(NameOf(r.dtype)).c_str(),
+                  ShapeToString(r.shape).c_str(), ShapeToString(r.box_offset).c_str(),
+                  ShapeToString(r.box_extent).c_str(), r.encoding.c_str(),
+                  r.op == REFIT_OP_OVERWRITE ? "overwrite" : "xor", r.changed,
+                  r.data_end - r.data_begin, HexDigest(r.digest).c_str());
+    }
+  }
+  return Status::OK();
+}
+
+Status RunPlugins(const std::string& config_path) {
+  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
+  std::printf("%-10s %-16s %-10s %-24s %s\n", "kind", "name", "version", "origin", "description");
+  for (const ComponentInfo* c : registry->List()) {
+    std::printf("%-10s %-16s %-10s %-24s %s\n", KindName(c->kind), c->name.c_str(),
+                c->plugin_version.c_str(), c->origin.c_str(), c->description.c_str());
+    for (const ConfigKeySpec& k : c->config_keys) {
+      std::printf("%-10s   [%s.%s] %s = %s  %s\n", "", KindName(c->kind), c->name.c_str(),
+                  k.name.c_str(), k.default_value.empty() ? "(required)" : k.default_value.c_str(),
+                  k.description.c_str());
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace refit::cli

@@ -1,0 +1,53 @@
+// The `refit` subcommands. main.cc parses flags (CLI11 stays in that one TU) and calls these;
+// each returns a Status, printed by main as one line on stderr.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "refit/status.h"
+
+namespace refit::cli {
+
+struct DemoOptions {
+  uint64_t params = 100'000'000;
+  int syncs = 5;  // versions published, the first one full
+  double lr = 1e-6;
+  std::string encoding = "indices";
+  std::string dir;  // work dir; empty: a fresh temp dir, removed afterwards
+  uint64_t seed = 1;
+};
+Status RunDemo(const DemoOptions& options);
+
+Status RunDiff(const std::string& base, const std::string& next, const std::string& out,
+               const std::string& encoding, const std::string& config_path);
+Status RunApply(const std::string& base, const std::string& delta, const std::string& out,
+                const std::string& config_path);
+Status RunInspect(const std::string& path, bool records);
+Status RunPlugins(const std::string& config_path);
+
+struct SendOptions {
+  std::string config_path;
+  std::string weights;
+  int rank = 0;
+  int world = 1;
+  bool wait = false;  // wait for the acks of the published version before exiting
+};
+Status RunSend(const SendOptions& options);
+
+struct RecvOptions {
+  std::string config_path;
+  bool follow = false;
+  uint64_t until_version = 0;  // with follow: stop once this version is applied (0: never)
+  double timeout_s = 0;        // with follow: give up after this long (0: never)
+  bool quiet = false;
+};
+Status RunRecv(const RecvOptions& options);
+
+// "100M", "1.5G", "350k", "123" -> count.
+Result<uint64_t> ParseCount(const std::string& text);
+// 1234567 -> "1.23 MB"
+std::string HumanBytes(uint64_t bytes);
+std::string HumanCount(uint64_t n);
+
+}  // namespace refit::cli

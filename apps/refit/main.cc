@@ -1,0 +1,110 @@
+// `refit`: the command line (DESIGN.md "Command line contract"). Exit 0 on success; on any
+// error one line "refit: error: ..." on stderr and a non-zero exit.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+int Report(const refit::Status& st) {
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "refit: error: %s\n", st.message().c_str());
+  return st.code() == refit::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"refit: delta-compressed, bit-exact weight sync between RL trainers and rollout "
+               "engines"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "refit 0.1.0");
+
+  refit::cli::DemoOptions demo;
+  std::string demo_params = "100M";
+  auto* demo_cmd = app.add_subcommand(
+      "demo", "Run sender and receiver (two processes, disk transport) on a synthetic model");
+  demo_cmd->add_option("--params", demo_params, "model size, e.g. 100M, 1.5G")
+      ->capture_default_str();
+  demo_cmd->add_option("--syncs", demo.syncs, "versions to publish (the first is full)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  demo_cmd->add_option("--lr", demo.lr, "learning rate of the synthetic Adam steps")
+      ->capture_default_str();
+  demo_cmd->add_option("--encoding", demo.encoding, "encoding of delta records")
+      ->capture_default_str();
+  demo_cmd->add_option("--dir", demo.dir, "work directory to keep (default: a temp dir, removed)");
+  demo_cmd->add_option("--seed", demo.seed, "random seed")->capture_default_str();
+
+  std::string base, next, out, delta, encoding = "indices", config_path;
+  auto* diff_cmd = app.add_subcommand("diff", "Write the delta from BASE to NEW (safetensors)");
+  diff_cmd->add_option("BASE", base, "base checkpoint")->required();
+  diff_cmd->add_option("NEW", next, "new checkpoint")->required();
+  diff_cmd->add_option("-o,--output", out, "delta file to write")->required();
+  diff_cmd->add_option("--encoding", encoding, "encoding of changed records")
+      ->capture_default_str();
+  diff_cmd->add_option("--config", config_path, "TOML config (plugins, encoding settings)");
+
+  auto* apply_cmd = app.add_subcommand("apply", "Apply DELTA to BASE, writing OUT atomically");
+  apply_cmd->add_option("BASE", base, "base checkpoint")->required();
+  apply_cmd->add_option("DELTA", delta, "delta from `refit diff`")->required();
+  apply_cmd->add_option("-o,--output", out, "checkpoint to write")->required();
+  apply_cmd->add_option("--config", config_path, "TOML config (plugins)");
+
+  std::string inspect_path;
+  bool inspect_records = false;
+  auto* inspect_cmd =
+      app.add_subcommand("inspect", "Describe a checkpoint, delta, payload or manifest");
+  inspect_cmd->add_option("FILE", inspect_path, "file to describe")->required();
+  inspect_cmd->add_flag("--records", inspect_records, "list every record of a delta/payload");
+
+  auto* plugins_cmd = app.add_subcommand("plugins", "List encodings, transports and layouts");
+  plugins_cmd->add_option("--config", config_path, "TOML config whose [plugins] to load too");
+
+  refit::cli::SendOptions send;
+  auto* send_cmd = app.add_subcommand("send", "Publish the next version of the weights");
+  send_cmd->add_option("--config", send.config_path, "TOML config")->required();
+  send_cmd->add_option("--weights", send.weights, "safetensors file (default: sender.weights)");
+  send_cmd->add_option("--rank", send.rank, "this sender's rank")->capture_default_str();
+  send_cmd->add_option("--world", send.world, "number of sender ranks")->capture_default_str();
+  send_cmd->add_flag("--wait", send.wait, "wait for the receivers' acks before exiting");
+
+  refit::cli::RecvOptions recv;
+  auto* recv_cmd = app.add_subcommand("recv", "Apply pending versions into the receiver's model");
+  recv_cmd->add_option("--config", recv.config_path, "TOML config")->required();
+  recv_cmd->add_flag("--follow", recv.follow, "keep polling for new versions");
+  recv_cmd->add_option("--until-version", recv.until_version,
+                       "with --follow: exit once this version is applied");
+  recv_cmd->add_option("--timeout", recv.timeout_s, "with --follow: give up after SECONDS");
+  recv_cmd->add_flag("--quiet", recv.quiet, "print nothing on success");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "refit: error: %s (see refit --help)\n", e.what());
+    return 2;
+  }
+
+  using namespace refit::cli;
+  if (*demo_cmd) {
+    auto params = ParseCount(demo_params);
+    if (!params.ok()) return Report(params.status());
+    demo.params = params.value();
+    return Report(RunDemo(demo));
+  }
+  if (*diff_cmd) return Report(RunDiff(base, next, out, encoding, config_path));
+  if (*apply_cmd) return Report(RunApply(base, delta, out, config_path));
+  if (*inspect_cmd) return Report(RunInspect(inspect_path, inspect_records));
+  if (*plugins_cmd) return Report(RunPlugins(config_path));
+  if (*send_cmd) return Report(RunSend(send));
+  if (*recv_cmd) return Report(RunRecv(recv));
+  return 2;
+}

@@ -1,0 +1,127 @@
+// `refit send` and `refit recv` as separate processes over the disk transport.
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+
+namespace refit::testing {
+namespace {
+
+std::string Config(const TempDir& dir, int ack_timeout_s = 60) {
+  return "[sender]\nstate_dir = \"" + dir / "sender" + "\"\nreceivers = [\"r0\"]\n"
+         "ack_timeout_s = " + std::to_string(ack_timeout_s) +
+         "\nchunk_bytes = \"4KiB\"\nbucket_bytes = \"16KiB\"\n" +
+         "\n[receiver]\nid = \"r0\"\nstate_dir = \"" + dir / "receiver" + "\"\n"
+         "poll_interval_ms = 20\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+         dir / "sync" + "\"\nfsync = false\n";
+}
+
+TEST(RuntimeSync, SenderAndReceiverProcessesStayBitExactOverManyVersions) {
+  TempDir dir;
+  WriteAll(dir / "refit.toml", Config(dir));
+  const int versions = 4;
+  RefitProcess receiver({"recv", "--config", dir / "refit.toml", "--follow", "--until-version",
+                         std::to_string(versions), "--timeout", "120"},
+                        dir / "recv");
+  Checkpoint weights = Checkpoint::Make(21);
+  for (int v = 1; v <= versions; ++v) {
+    if (v > 1) weights.Mutate(v == 3 ? 0.2 : 0.01, 100 + v);
+    ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+    // Each send waits for the previous version's ack before it diffs (baseline rule).
+    auto send = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                         dir.path());
+    ASSERT_EQ(send.exit_code, 0) << send.err;
+    EXPECT_NE(send.out.find("published version " + std::to_string(v)), std::string::npos) << send.out;
+    EXPECT_NE(send.out.find(v == 1 ? "(full)" : "(delta)"), std::string::npos) << send.out;
+  }
+  auto r = receiver.Wait();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("applied version 4 (delta)"), std::string::npos) << r.out;
+  EXPECT_TRUE(SameTensors(dir / "w.safetensors", dir / "receiver/model.safetensors"));
+  // Every version has its commit marker and the receiver's ack.
+  for (int v = 1; v <= versions; ++v) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "v%08d", v);
+    EXPECT_TRUE(std::filesystem::exists(dir / ("sync/" + std::string(name) + "/COMMIT")));
+    EXPECT_TRUE(std::filesystem::exists(dir / ("sync/acks/r0/" + std::string(name))));
+  }
+}
+
+TEST(RuntimeSync, SenderDoesNotAdvanceWithoutAcks) {
+  TempDir dir;
+  WriteAll(dir / "refit.toml", Config(dir, /*ack_timeout_s=*/1));
+  Checkpoint weights = Checkpoint::Make(5);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  ASSERT_EQ(RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                     dir.path())
+                .exit_code,
+            0);
+  // No receiver ran: the next publish must refuse (timeout) rather than diff against v1.
+  weights.Mutate(0.01, 6);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  auto second = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                         dir.path());
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.err.find("not acknowledged"), std::string::npos) << second.err;
+  EXPECT_EQ(LineCount(second.err), 1) << second.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "sync/v00000002/COMMIT"));
+  // Once the receiver catches up, the same send goes through as a delta on version 1.
+  auto recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
+  ASSERT_EQ(recv.exit_code, 0) << recv.err;
+  auto third = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                        dir.path());
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_NE(third.out.find("published version 2 (delta)"), std::string::npos) << third.out;
+  recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
+  ASSERT_EQ(recv.exit_code, 0) << recv.err;
+  EXPECT_TRUE(SameTensors(dir / "w.safetensors", dir / "receiver/model.safetensors"));
+}
+
+TEST(RuntimeSync, ReceiverWithUnknownStateGetsAFullSync) {
+  TempDir dir;
+  WriteAll(dir / "refit.toml", Config(dir));
+  Checkpoint weights = Checkpoint::Make(8);
+  for (int v = 1; v <= 2; ++v) {
+    if (v > 1) weights.Mutate(0.02, v);
+    ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+    ASSERT_EQ(RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                       dir.path())
+                  .exit_code,
+              0);
+    ASSERT_EQ(RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path()).exit_code, 0);
+  }
+  // The receiver loses its state and the full sync it started from is gone (retention): it
+  // must not guess, it asks for a full sync.
+  std::filesystem::remove(dir / "receiver/receiver.json");
+  std::filesystem::remove_all(dir / "sync/v00000001");
+  weights.Mutate(0.02, 3);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  ASSERT_EQ(RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                     dir.path())
+                .exit_code,
+            0);
+  auto recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
+  EXPECT_NE(recv.exit_code, 0);
+  EXPECT_NE(recv.err.find("need full sync"), std::string::npos) << recv.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "sync/acks/r0/need-full"));
+  // The sender answers the request with a full sync, which the receiver applies.
+  weights.Mutate(0.02, 4);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  auto send = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                       dir.path());
+  ASSERT_EQ(send.exit_code, 0) << send.err;
+  EXPECT_NE(send.out.find("published version 4 (full)"), std::string::npos) << send.out;
+  recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
+  ASSERT_EQ(recv.exit_code, 0) << recv.err;
+  EXPECT_TRUE(SameTensors(dir / "w.safetensors", dir / "receiver/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "sync/acks/r0/need-full"));
+}
+
+TEST(RuntimeSync, DemoPrintsBitExact) {
+  TempDir dir;
+  auto r = RunRefit({"demo", "--params", "2M", "--syncs", "3", "--dir", dir / "demo"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("bit-exact: yes"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace refit::testing
