@@ -1,0 +1,213 @@
+// The `indices` encoding: absolute positions of the changed elements, then their new bits.
+//
+// Payload (all integers little-endian):
+//   u8  format version (1)
+//   u8  index width in bytes (4, or 8 when an index could exceed u32)
+//   u16 reserved (0)
+//   u64 count k
+//   k   indices (strictly increasing, each < n_elems)
+//   k   values (elem_size bytes each: the new bits, as stored in memory)
+// The cheapest delta to produce and apply; the default until `auto` exists.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "refit/sdk/encoding_util.hpp"
+#include "refit/sdk/plugin.hpp"
+
+namespace {
+
+using refit::Result;
+using refit::Status;
+using refit::sdk::LoadLE;
+using refit::sdk::StoreLE;
+
+constexpr uint8_t kFormatVersion = 1;
+constexpr uint64_t kHeaderBytes = 12;
+
+// Bytes per index for a run of n elements: u32 unless the last index does not fit.
+uint32_t IndexWidthFor(uint64_t n_elems) { return n_elems <= (uint64_t{1} << 32) ? 4 : 8; }
+
+// kHeaderBytes + k * (width + elem_size), or false on overflow.
+bool PayloadBytes(uint64_t k, uint32_t width, uint32_t elem_size, uint64_t* total) {
+  uint64_t body = 0;
+  return refit::sdk::CheckedMul(k, uint64_t{width} + elem_size, &body) &&
+         refit::sdk::CheckedAdd(body, kHeaderBytes, total);
+}
+
+// Copies element `from` of src to slot `to` of dst, for a fixed element size (one move).
+template <uint32_t kElem>
+inline void CopyElement(uint8_t* dst, uint64_t to, const uint8_t* src, uint64_t from) {
+  std::memcpy(dst + to * kElem, src + from * kElem, kElem);
+}
+
+template <typename Index, uint32_t kElem>
+void WriteBody(const refit_encode_input_t& in, uint8_t* indices, uint8_t* values) {
+  const auto* src = static_cast<const uint8_t*>(in.new_bits);
+  for (uint64_t j = 0; j < in.n_changed; ++j) {
+    const uint64_t pos = in.positions[j];
+    StoreLE<Index>(indices + j * sizeof(Index), static_cast<Index>(pos));
+    CopyElement<kElem>(values, j, src, pos);
+  }
+}
+
+// Every index strictly increasing and < n: then the scatter below stays inside the target and
+// writes each element at most once. Returns the offending slot, or k when all are valid.
+template <typename Index>
+uint64_t FirstBadIndex(const uint8_t* indices, uint64_t k, uint64_t n_elems) {
+  uint64_t next_allowed = 0;  // the smallest index the next slot may hold
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint64_t pos = LoadLE<Index>(indices + j * sizeof(Index));
+    if (pos < next_allowed || pos >= n_elems) return j;
+    next_allowed = pos + 1;
+  }
+  return k;
+}
+
+template <typename Index, uint32_t kElem>
+void Scatter(const uint8_t* indices, const uint8_t* values, uint64_t k, uint8_t* bits) {
+  for (uint64_t j = 0; j < k; ++j) {
+    CopyElement<kElem>(bits, LoadLE<Index>(indices + j * sizeof(Index)), values, j);
+  }
+}
+
+// Calls fn(index_tag, elem_constant) with the runtime index width and element size as types, so
+// the inner loops move fixed-size integers (both values already validated).
+template <typename Fn>
+void WithWidthAndElem(uint32_t width, uint32_t elem_size, Fn&& fn) {
+  auto by_elem = [&](auto index_tag) {
+    switch (elem_size) {
+      case 1:
+        fn(index_tag, std::integral_constant<uint32_t, 1>{});
+        break;
+      case 2:
+        fn(index_tag, std::integral_constant<uint32_t, 2>{});
+        break;
+      case 4:
+        fn(index_tag, std::integral_constant<uint32_t, 4>{});
+        break;
+      default:
+        fn(index_tag, std::integral_constant<uint32_t, 8>{});
+        break;
+    }
+  };
+  if (width == 4) {
+    by_elem(uint32_t{});
+  } else {
+    by_elem(uint64_t{});
+  }
+}
+
+class IndicesEncoding {
+ public:
+  static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+
+  // No old bits: every element would be sent with an index. (An empty run is the same either way,
+  // and its vectors may well hand over null pointers.)
+  static bool IsFullSync(const refit_encode_input_t& in) {
+    return in.old_bits == nullptr && in.n_elems > 0;
+  }
+
+  static Result<std::unique_ptr<IndicesEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
+    return std::make_unique<IndicesEncoding>();
+  }
+
+  uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
+    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    uint64_t total = 0;
+    if (!PayloadBytes(in.n_changed, IndexWidthFor(in.n_elems), in.elem_size, &total)) return 0;
+    return total;
+  }
+
+  Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
+    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    if (IsFullSync(in)) {
+      return Status::Unsupported(
+          "indices encodes changes only: a full sync (no old bits) needs an encoding with the "
+          "full-sync capability, e.g. dense");
+    }
+    const uint32_t width = IndexWidthFor(in.n_elems);
+    uint64_t total = 0;
+    if (!PayloadBytes(in.n_changed, width, in.elem_size, &total)) {
+      return Status::Invalid(std::to_string(in.n_changed) + " changes overflow the payload size");
+    }
+    if (total > cap) return refit::sdk::OutputTooSmall(total, cap);
+    // The positions come from the host; a bad one would make a payload every receiver rejects.
+    for (uint64_t j = 0; j < in.n_changed; ++j) {
+      if (in.positions[j] >= in.n_elems || (j > 0 && in.positions[j] <= in.positions[j - 1])) {
+        return Status::Invalid("position " + std::to_string(j) + " (" +
+                               std::to_string(in.positions[j]) +
+                               ") is out of range or not strictly increasing");
+      }
+    }
+    out[0] = kFormatVersion;
+    out[1] = static_cast<uint8_t>(width);
+    StoreLE<uint16_t>(out + 2, 0);
+    StoreLE<uint64_t>(out + 4, in.n_changed);
+    uint8_t* indices = out + kHeaderBytes;
+    uint8_t* values = indices + in.n_changed * width;
+    WithWidthAndElem(width, in.elem_size, [&](auto index_tag, auto elem) {
+      WriteBody<decltype(index_tag), decltype(elem)::value>(in, indices, values);
+    });
+    return total;
+  }
+
+  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    if (len < kHeaderBytes || payload == nullptr) {
+      return Status::Corrupt("indices payload has " + std::to_string(len) +
+                             " bytes, shorter than its " + std::to_string(kHeaderBytes) +
+                             "-byte header");
+    }
+    if (payload[0] != kFormatVersion) {
+      return Status::Unsupported("indices payload format version " + std::to_string(payload[0]) +
+                                 " (this build reads version " + std::to_string(kFormatVersion) +
+                                 ")");
+    }
+    const uint32_t width = payload[1];
+    if (width != 4 && width != 8) {
+      return Status::Corrupt("indices payload index width " + std::to_string(width) +
+                             " is not 4 or 8");
+    }
+    if (LoadLE<uint16_t>(payload + 2) != 0) {
+      return Status::Corrupt("indices payload reserved header bytes are not zero");
+    }
+    const uint64_t k = LoadLE<uint64_t>(payload + 4);
+    if (k > t.n_elems) {
+      return Status::Corrupt("indices payload claims " + std::to_string(k) +
+                             " changes in a run of " + std::to_string(t.n_elems) + " elements");
+    }
+    uint64_t expected = 0;
+    if (!PayloadBytes(k, width, t.elem_size, &expected) || len != expected) {
+      return Status::Corrupt("indices payload has " + std::to_string(len) + " bytes, expected " +
+                             std::to_string(expected) + " for " + std::to_string(k) +
+                             " changes of " + std::to_string(t.elem_size) + "-byte elements");
+    }
+    const uint8_t* indices = payload + kHeaderBytes;
+    const uint8_t* values = indices + k * width;
+    // Validate every index before the first write: a corrupt payload leaves the target untouched.
+    const uint64_t bad = width == 4 ? FirstBadIndex<uint32_t>(indices, k, t.n_elems)
+                                    : FirstBadIndex<uint64_t>(indices, k, t.n_elems);
+    if (bad < k) {
+      const uint64_t pos =
+          width == 4 ? LoadLE<uint32_t>(indices + bad * 4) : LoadLE<uint64_t>(indices + bad * 8);
+      return Status::Corrupt("indices payload index " + std::to_string(bad) + " (" +
+                             std::to_string(pos) + ") is out of range [0, " +
+                             std::to_string(t.n_elems) + ") or not strictly increasing");
+    }
+    auto* bits = static_cast<uint8_t*>(t.bits);
+    WithWidthAndElem(width, t.elem_size, [&](auto index_tag, auto elem) {
+      Scatter<decltype(index_tag), decltype(elem)::value>(indices, values, k, bits);
+    });
+    return Status::OK();
+  }
+};
+
+}  // namespace
+
+REFIT_PLUGIN("indices", "0.1.0",
+             refit::sdk::MakeEncoding<IndicesEncoding>(
+                 "indices",
+                 "absolute u32/u64 positions + new bits of the changed elements "
+                 "(overwrite)"))
