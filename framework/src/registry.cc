@@ -551,13 +551,25 @@ Transport::~Transport() {
   if (vtable_ != nullptr) vtable_->destroy(instance_);
 }
 
+namespace {
+// Keys cross the ABI as C strings: an embedded NUL would silently name another key.
+Status CheckKeyText(const std::string& key) {
+  if (key.find('\0') != std::string::npos) {
+    return Status::Invalid("transport key contains a NUL byte");
+  }
+  return Status::OK();
+}
+}  // namespace
+
 Status Transport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
+  RETURN_NOT_OK(CheckKeyText(key));
   refit_error_t err{};
   int rc = vtable_->put(instance_, key.c_str(), data, len, &err);
   return StatusFromPlugin(rc, err, Describe(*info_) + ": put '" + key + "'");
 }
 
 Result<std::optional<uint64_t>> Transport::Size(const std::string& key) {
+  RETURN_NOT_OK(CheckKeyText(key));
   refit_error_t err{};
   uint64_t size = 0;
   int found = 0;
@@ -568,6 +580,7 @@ Result<std::optional<uint64_t>> Transport::Size(const std::string& key) {
 }
 
 Status Transport::Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
+  RETURN_NOT_OK(CheckKeyText(key));
   refit_error_t err{};
   int rc = vtable_->get(instance_, key.c_str(), offset, buf, len, &err);
   return StatusFromPlugin(rc, err, Describe(*info_) + ": get '" + key + "'");
@@ -610,6 +623,7 @@ void CollectKey(void* ctx, const char* key, uint64_t size) noexcept {
 }  // namespace
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Transport::List(const std::string& prefix) {
+  RETURN_NOT_OK(CheckKeyText(prefix));
   refit_error_t err{};
   ListContext ctx;
   int rc = vtable_->list(instance_, prefix.c_str(), &CollectKey, &ctx, &err);
@@ -622,6 +636,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Transport::List(const std:
 }
 
 Status Transport::Remove(const std::string& key) {
+  RETURN_NOT_OK(CheckKeyText(key));
   refit_error_t err{};
   int rc = vtable_->remove(instance_, key.c_str(), &err);
   return StatusFromPlugin(rc, err, Describe(*info_) + ": remove '" + key + "'");

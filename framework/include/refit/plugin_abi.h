@@ -176,7 +176,9 @@ typedef struct refit_encoding_vtable {
 /* A transport is a keyed blob channel: the framework runs the sync protocol (payloads, manifest,
  * commit marker, acks) over put/get/list of keys like "v00000007/COMMIT". Keys are relative,
  * '/'-separated, [A-Za-z0-9._-] per component. A put is atomic: readers see all bytes or no key.
- * Role: 0 = sender, 1 = receiver (a transport may connect differently per role). */
+ * Role: 0 = sender, 1 = receiver (a transport may connect differently per role).
+ * Instances must accept concurrent calls from several threads on distinct keys (the sender puts
+ * payload k from a writer thread while it encodes k+1). */
 typedef enum refit_transport_role {
   REFIT_ROLE_SENDER = 0,
   REFIT_ROLE_RECEIVER = 1

@@ -3,10 +3,10 @@
 // Every instance holds a reference to the library that created it and to its ComponentInfo, so a
 // .so stays mapped as long as any object it made is alive (dropping the Registry first is fine).
 //
-// Threading: a Registry is filled once (one thread), then may be read concurrently. Encoding
-// instances may be called from several threads at once (the ABI requires it of encodings); the
-// ABI promises nothing of the kind for Transport and Layout instances, so callers serialize calls
-// on one of those.
+// Threading: a Registry is filled once (one thread), then may be read concurrently. Encoding and
+// Transport instances may be called from several threads at once (the ABI requires it: encodings
+// are stateless per call, transports take concurrent calls on distinct keys, which the transport
+// conformance suite checks); callers serialize calls on one Layout instance.
 #pragma once
 
 #include <memory>
