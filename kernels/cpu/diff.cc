@@ -1,21 +1,29 @@
-// Portable bitwise diff kernels and the xxh3 digest.
+// Bitwise diff kernels with runtime CPU dispatch, and the xxh3 digest.
 //
 // The diff walks blocks of 64 elements. Each block becomes one 64-bit "differs" mask (bit i set iff
 // element i differs); a zero mask (the common case at ~1% density and below) costs only the
-// compare, and a non-zero mask is turned into positions with ctz. The mask comes from SSE2
-// compare + movemask on x86-64 (SSE2 is the x86-64 baseline: no -march flag needed) and from a
-// plain loop the compiler vectorizes elsewhere.
-//
-// Runtime dispatch to AVX2 / AVX-512 plugs in at BlockMask(): a wider kernel only has to produce
-// the same 64-bit mask per block (e.g. _mm512_cmpneq_epi16_mask gives it in one instruction), with
-// the choice made once per process from cpuid.
+// compare, and a non-zero mask is turned into positions with ctz. Only the block mask depends on
+// the SIMD level:
+//   scalar  a plain per-element loop (the reference every other level is tested against)
+//   sse2    compare + pack + movemask, 16 bytes at a time (the x86-64 baseline)
+//   avx2    the same, 32 bytes at a time
+//   avx512  AVX-512BW compares straight into mask registers (_mm512_cmpneq_epi16_mask)
+// The AVX2 / AVX-512 functions carry __attribute__((target(...))) instead of per-file -m flags, so
+// no inline function or template instantiation compiled for a wider ISA can leak into (and be
+// picked by the linker for) code that runs on a CPU without it. The level is chosen once per
+// process from __builtin_cpu_supports (REFIT_KERNELS overrides, see dispatch.h).
 #include "refit/kernels/diff.h"
 
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#include "refit/kernels/dispatch.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define REFIT_KERNELS_X86 1
 #endif
 
 #define XXH_INLINE_ALL
@@ -43,7 +51,9 @@ inline uint64_t ScalarMask(const uint8_t* a, const uint8_t* b, uint64_t count) {
   return mask;
 }
 
-#if defined(__SSE2__)
+#if defined(REFIT_KERNELS_X86)
+
+// ---------------------------------------------------------------- sse2
 
 inline __m128i Load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -122,27 +132,94 @@ inline uint64_t EqualMask<uint64_t>(const uint8_t* a, const uint8_t* b) {
 }
 
 template <typename U>
-inline uint64_t BlockMask(const uint8_t* a, const uint8_t* b) {
+inline uint64_t BlockMaskSse2(const uint8_t* a, const uint8_t* b) {
   return ~EqualMask<U>(a, b);
 }
 
-#else  // portable fallback: a fixed-trip-count loop the compiler can vectorize
+// ---------------------------------------------------------------- avx2
 
-template <typename U>
-inline uint64_t BlockMask(const uint8_t* a, const uint8_t* b) {
-  uint8_t differs[kBlock];
-  for (uint64_t i = 0; i < kBlock; ++i) {
-    differs[i] = static_cast<uint8_t>(Load<U>(a + i * sizeof(U)) != Load<U>(b + i * sizeof(U)));
-  }
-  // Eight 0/1 bytes -> eight bits with one multiply: byte j (at bit 8j) lands at bit 56 + j.
-  uint64_t mask = 0;
-  for (uint64_t g = 0; g < kBlock / 8; ++g) {
-    mask |= ((Load<uint64_t>(differs + g * 8) * 0x0102040810204080ULL) >> 56) << (g * 8);
-  }
-  return mask;
+#define REFIT_TARGET_AVX2 __attribute__((target("avx2")))
+
+REFIT_TARGET_AVX2 inline __m256i Load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-#endif
+// "Equal" masks of 64 elements, like EqualMask<U> but 32 bytes per compare.
+template <typename U>
+REFIT_TARGET_AVX2 inline uint64_t EqualMaskAvx2(const uint8_t* a, const uint8_t* b) {
+  uint64_t eq = 0;
+  if constexpr (sizeof(U) == 1) {
+    for (int c = 0; c < 2; ++c) {
+      const __m256i e = _mm256_cmpeq_epi8(Load256(a + 32 * c), Load256(b + 32 * c));
+      eq |= uint64_t{static_cast<uint32_t>(_mm256_movemask_epi8(e))} << (32 * c);
+    }
+  } else if constexpr (sizeof(U) == 2) {
+    for (int c = 0; c < 2; ++c) {
+      const uint8_t* pa = a + 64 * c;
+      const uint8_t* pb = b + 64 * c;
+      const __m256i e0 = _mm256_cmpeq_epi16(Load256(pa), Load256(pb));
+      const __m256i e1 = _mm256_cmpeq_epi16(Load256(pa + 32), Load256(pb + 32));
+      // packs works per 128-bit lane (e0.lo, e1.lo, e0.hi, e1.hi): put the quarters back in order.
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(e0, e1), 0xD8);
+      eq |= uint64_t{static_cast<uint32_t>(_mm256_movemask_epi8(packed))} << (32 * c);
+    }
+  } else if constexpr (sizeof(U) == 4) {
+    for (int c = 0; c < 8; ++c) {
+      const __m256i e = _mm256_cmpeq_epi32(Load256(a + 32 * c), Load256(b + 32 * c));
+      eq |= uint64_t{static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(e)))} << (8 * c);
+    }
+  } else {
+    for (int c = 0; c < 16; ++c) {
+      const __m256i e = _mm256_cmpeq_epi64(Load256(a + 32 * c), Load256(b + 32 * c));
+      eq |= uint64_t{static_cast<uint32_t>(_mm256_movemask_pd(_mm256_castsi256_pd(e)))} << (4 * c);
+    }
+  }
+  return eq;
+}
+
+template <typename U>
+REFIT_TARGET_AVX2 inline uint64_t BlockMaskAvx2(const uint8_t* a, const uint8_t* b) {
+  return ~EqualMaskAvx2<U>(a, b);
+}
+
+// ---------------------------------------------------------------- avx512 (F + BW)
+
+#define REFIT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw")))
+
+REFIT_TARGET_AVX512 inline __m512i Load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+
+template <typename U>
+REFIT_TARGET_AVX512 inline uint64_t BlockMaskAvx512(const uint8_t* a, const uint8_t* b) {
+  if constexpr (sizeof(U) == 1) {
+    return _mm512_cmpneq_epi8_mask(Load512(a), Load512(b));
+  } else if constexpr (sizeof(U) == 2) {
+    const uint64_t lo = _mm512_cmpneq_epi16_mask(Load512(a), Load512(b));
+    const uint64_t hi = _mm512_cmpneq_epi16_mask(Load512(a + 64), Load512(b + 64));
+    return lo | (hi << 32);
+  } else if constexpr (sizeof(U) == 4) {
+    uint64_t mask = 0;
+    for (int c = 0; c < 4; ++c) {
+      const uint64_t m = _mm512_cmpneq_epi32_mask(Load512(a + 64 * c), Load512(b + 64 * c));
+      mask |= m << (16 * c);
+    }
+    return mask;
+  } else {
+    uint64_t mask = 0;
+    for (int c = 0; c < 8; ++c) {
+      const uint64_t m = _mm512_cmpneq_epi64_mask(Load512(a + 64 * c), Load512(b + 64 * c));
+      mask |= m << (8 * c);
+    }
+    return mask;
+  }
+}
+
+#endif  // REFIT_KERNELS_X86
+
+// The reference: one element at a time.
+template <typename U>
+inline uint64_t BlockMaskScalar(const uint8_t* a, const uint8_t* b) {
+  return ScalarMask<U>(a, b, kBlock);
+}
 
 // std::popcount is a libgcc call at the x86-64 baseline (no POPCNT); this is a few instructions.
 inline uint64_t Popcount64(uint64_t x) {
@@ -170,9 +247,14 @@ inline uint64_t ExtractPositions(uint64_t mask, uint64_t base, uint64_t* dst) {
   return k;
 }
 
-template <typename U>
-uint64_t DiffPositionsT(const uint8_t* a, const uint8_t* b, uint64_t n,
-                        std::vector<uint64_t>* positions) {
+// The block loops, shared by every level: Mask is the level's block-mask function. They are
+// always inlined into the per-level entry points below, so a wide mask function is inlined into a
+// caller compiled for its ISA.
+using BlockMaskFn = uint64_t (*)(const uint8_t*, const uint8_t*);
+
+template <typename U, BlockMaskFn Mask>
+[[gnu::always_inline]] inline uint64_t DiffLoop(const uint8_t* a, const uint8_t* b, uint64_t n,
+                                                std::vector<uint64_t>* positions) {
   const size_t before = positions->size();
   size_t out = before;
   // Positions are written through a raw pointer into slack kept at the end of the vector (grown
@@ -183,7 +265,7 @@ uint64_t DiffPositionsT(const uint8_t* a, const uint8_t* b, uint64_t n,
   const uint64_t full_blocks = n / kBlock;
   for (uint64_t blk = 0; blk < full_blocks; ++blk) {
     const uint64_t offset = blk * kBlock * sizeof(U);
-    const uint64_t mask = BlockMask<U>(a + offset, b + offset);
+    const uint64_t mask = Mask(a + offset, b + offset);
     if (mask == 0) continue;
     ensure_room();
     out += ExtractPositions(mask, blk * kBlock, positions->data() + out);
@@ -200,13 +282,13 @@ uint64_t DiffPositionsT(const uint8_t* a, const uint8_t* b, uint64_t n,
   return out - before;
 }
 
-template <typename U>
-uint64_t CountDiffT(const uint8_t* a, const uint8_t* b, uint64_t n) {
+template <typename U, BlockMaskFn Mask>
+[[gnu::always_inline]] inline uint64_t CountLoop(const uint8_t* a, const uint8_t* b, uint64_t n) {
   uint64_t count = 0;
   const uint64_t full_blocks = n / kBlock;
   for (uint64_t blk = 0; blk < full_blocks; ++blk) {
     const uint64_t offset = blk * kBlock * sizeof(U);
-    count += Popcount64(BlockMask<U>(a + offset, b + offset));  // no data-dependent branch
+    count += Popcount64(Mask(a + offset, b + offset));  // no data-dependent branch
   }
   const uint64_t done = full_blocks * kBlock;
   if (done < n) {
@@ -215,41 +297,170 @@ uint64_t CountDiffT(const uint8_t* a, const uint8_t* b, uint64_t n) {
   return count;
 }
 
-}  // namespace
+using DiffFn = uint64_t (*)(const uint8_t*, const uint8_t*, uint64_t, std::vector<uint64_t>*);
+using CountFn = uint64_t (*)(const uint8_t*, const uint8_t*, uint64_t);
 
-uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size,
-                       std::vector<uint64_t>* positions) {
-  const auto* a = static_cast<const uint8_t*>(old_bits);
-  const auto* b = static_cast<const uint8_t*>(new_bits);
-  switch (elem_size) {
-    case 1:
-      return DiffPositionsT<uint8_t>(a, b, n, positions);
-    case 2:
-      return DiffPositionsT<uint16_t>(a, b, n, positions);
-    case 4:
-      return DiffPositionsT<uint32_t>(a, b, n, positions);
-    case 8:
-      return DiffPositionsT<uint64_t>(a, b, n, positions);
+// One level's entry points, indexed by log2(elem_size).
+struct LevelKernels {
+  DiffFn diff[4];
+  CountFn count[4];
+};
+
+// Defines Diff<Name><U> / Count<Name><U> and their table for one level, with its target attribute.
+#define REFIT_DEFINE_LEVEL(Name, ATTR, MASK)                                                       \
+  template <typename U>                                                                            \
+  ATTR uint64_t Diff##Name(const uint8_t* a, const uint8_t* b, uint64_t n,                         \
+                           std::vector<uint64_t>* positions) {                                     \
+    return DiffLoop<U, &MASK<U>>(a, b, n, positions);                                              \
+  }                                                                                                \
+  template <typename U>                                                                            \
+  ATTR uint64_t Count##Name(const uint8_t* a, const uint8_t* b, uint64_t n) {                      \
+    return CountLoop<U, &MASK<U>>(a, b, n);                                                        \
+  }                                                                                                \
+  constexpr LevelKernels k##Name##Kernels = {                                                      \
+      {&Diff##Name<uint8_t>, &Diff##Name<uint16_t>, &Diff##Name<uint32_t>, &Diff##Name<uint64_t>}, \
+      {&Count##Name<uint8_t>, &Count##Name<uint16_t>, &Count##Name<uint32_t>,                      \
+       &Count##Name<uint64_t>}};
+
+#define REFIT_NO_TARGET
+
+REFIT_DEFINE_LEVEL(Scalar, REFIT_NO_TARGET, BlockMaskScalar)
+#if defined(REFIT_KERNELS_X86)
+REFIT_DEFINE_LEVEL(Sse2, REFIT_NO_TARGET, BlockMaskSse2)
+REFIT_DEFINE_LEVEL(Avx2, REFIT_TARGET_AVX2, BlockMaskAvx2)
+REFIT_DEFINE_LEVEL(Avx512, REFIT_TARGET_AVX512, BlockMaskAvx512)
+#endif
+
+#undef REFIT_DEFINE_LEVEL
+
+bool CpuHas(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return true;
+#if defined(REFIT_KERNELS_X86)
+    case SimdLevel::kSse2:
+      return true;  // the x86-64 baseline
+    case SimdLevel::kAvx2:
+      return __builtin_cpu_supports("avx2");
+    case SimdLevel::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#endif
     default:
-      return 0;  // contract: elem_size is 1, 2, 4 or 8
+      return false;
   }
 }
 
-uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size) {
-  const auto* a = static_cast<const uint8_t*>(old_bits);
-  const auto* b = static_cast<const uint8_t*>(new_bits);
+SimdLevel Best() {
+  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kSse2}) {
+    if (CpuHas(level)) return level;
+  }
+  return SimdLevel::kScalar;
+}
+
+// The level actually run for a request: the request if the CPU has it, else the best it has.
+SimdLevel Usable(SimdLevel wanted) { return CpuHas(wanted) ? wanted : Best(); }
+
+const LevelKernels& KernelsFor(SimdLevel level) {
+  switch (Usable(level)) {
+#if defined(REFIT_KERNELS_X86)
+    case SimdLevel::kAvx512:
+      return kAvx512Kernels;
+    case SimdLevel::kAvx2:
+      return kAvx2Kernels;
+    case SimdLevel::kSse2:
+      return kSse2Kernels;
+#endif
+    default:
+      return kScalarKernels;
+  }
+}
+
+SimdLevel ChooseActive() {
+  const char* forced = std::getenv("REFIT_KERNELS");
+  if (forced != nullptr) {
+    const std::string_view name(forced);
+    for (SimdLevel level :
+         {SimdLevel::kScalar, SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (name == SimdLevelName(level)) return Usable(level);
+    }
+  }
+  return Best();
+}
+
+const LevelKernels& Active() {
+  static const LevelKernels& kernels = KernelsFor(ActiveSimdLevel());
+  return kernels;
+}
+
+int ElemIndex(uint32_t elem_size) {
   switch (elem_size) {
     case 1:
-      return CountDiffT<uint8_t>(a, b, n);
-    case 2:
-      return CountDiffT<uint16_t>(a, b, n);
-    case 4:
-      return CountDiffT<uint32_t>(a, b, n);
-    case 8:
-      return CountDiffT<uint64_t>(a, b, n);
-    default:
       return 0;
+    case 2:
+      return 1;
+    case 4:
+      return 2;
+    case 8:
+      return 3;
+    default:
+      return -1;  // contract: elem_size is 1, 2, 4 or 8
   }
+}
+
+}  // namespace
+
+const char* SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kSse2:
+      return "sse2";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+bool SimdLevelSupported(SimdLevel level) { return CpuHas(level); }
+
+SimdLevel BestSimdLevel() { return Best(); }
+
+SimdLevel ActiveSimdLevel() {
+  static const SimdLevel active = ChooseActive();
+  return active;
+}
+
+uint64_t DiffPositionsAt(SimdLevel level, const void* old_bits, const void* new_bits, uint64_t n,
+                         uint32_t elem_size, std::vector<uint64_t>* positions) {
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return 0;
+  return KernelsFor(level).diff[e](static_cast<const uint8_t*>(old_bits),
+                                   static_cast<const uint8_t*>(new_bits), n, positions);
+}
+
+uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits, uint64_t n,
+                     uint32_t elem_size) {
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return 0;
+  return KernelsFor(level).count[e](static_cast<const uint8_t*>(old_bits),
+                                    static_cast<const uint8_t*>(new_bits), n);
+}
+
+uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size,
+                       std::vector<uint64_t>* positions) {
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return 0;
+  return Active().diff[e](static_cast<const uint8_t*>(old_bits),
+                          static_cast<const uint8_t*>(new_bits), n, positions);
+}
+
+uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size) {
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return 0;
+  return Active().count[e](static_cast<const uint8_t*>(old_bits),
+                           static_cast<const uint8_t*>(new_bits), n);
 }
 
 uint64_t Digest64(const void* data, uint64_t len) {

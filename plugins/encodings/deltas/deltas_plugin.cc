@@ -1,0 +1,60 @@
+// The `deltas` encoding: gap-coded positions of the changed elements (narrowest width, escapes for
+// long gaps), then their new bits. The stream format is plugins/common/deltas/deltas_stream.h,
+// shared with deltas_zstd.
+#include <memory>
+
+#include "deltas/deltas_stream.h"
+#include "refit/sdk/encoding_util.hpp"
+#include "refit/sdk/plugin.hpp"
+
+namespace {
+
+using refit::Result;
+using refit::Status;
+
+class DeltasEncoding {
+ public:
+  static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+
+  static Result<std::unique_ptr<DeltasEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
+    return std::make_unique<DeltasEncoding>();
+  }
+
+  // No old bits: a full sync needs an encoding with the full-sync capability (dense).
+  static bool IsFullSync(const refit_encode_input_t& in) {
+    return in.old_bits == nullptr && in.n_elems > 0;
+  }
+
+  uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
+    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
+    return plan.ok() ? plan->total_bytes : 0;
+  }
+
+  Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
+    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    if (IsFullSync(in)) {
+      return Status::Unsupported(
+          "deltas encodes changes only: a full sync (no old bits) needs an encoding with the "
+          "full-sync capability, e.g. dense");
+    }
+    RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas"));
+    ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
+    if (plan.total_bytes > cap) return refit::sdk::OutputTooSmall(plan.total_bytes, cap);
+    refit::deltas::WriteStream(in, plan, out);
+    return plan.total_bytes;
+  }
+
+  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    return refit::deltas::ApplyStream(payload, len, t, "deltas payload");
+  }
+};
+
+}  // namespace
+
+REFIT_PLUGIN("deltas", "0.1.0",
+             refit::sdk::MakeEncoding<DeltasEncoding>(
+                 "deltas",
+                 "gap-coded positions (u8/u16/u32 with escapes) + new bits of the changed "
+                 "elements (overwrite)"))
