@@ -9,7 +9,8 @@
 // encoding can).
 //
 // The encodings' plugin sources are compiled into this binary with distinct entry names
-// (tests/fuzz/CMakeLists.txt); a new builtin encoding adds its entry to kEntries below.
+// (tests/fuzz/CMakeLists.txt); a new builtin encoding adds its entry to kEntries below. The same
+// harness built with REFIT_FUZZ_ONE_ENTRY=<entry> fuzzes one loadable encoding (decode_<name>).
 // Seeds in corpus/decode/: <selector byte><payload>, valid payloads of each encoding for kElems
 // elements, e.g. indices_bf16_k5_w4 = 0x0f (1 + 2 * 7), then 01 04 0000 0500000000000000, five u32
 // indices, five u16 values.
@@ -21,8 +22,13 @@
 #include "refit/kernels/diff.h"
 #include "refit/plugin_abi.h"
 
+#ifdef REFIT_FUZZ_ONE_ENTRY
+// A target for one encoding (tests/fuzz/CMakeLists.txt: decode_<name>): byte 0 is just the dtype.
+extern "C" const refit_plugin_t* REFIT_FUZZ_ONE_ENTRY(const refit_host_api_t* host);
+#else
 extern "C" const refit_plugin_t* fuzz_entry_dense(const refit_host_api_t* host);
 extern "C" const refit_plugin_t* fuzz_entry_indices(const refit_host_api_t* host);
+#endif
 
 namespace {
 
@@ -36,7 +42,11 @@ namespace {
     }                                                                 \
   } while (0)
 
+#ifdef REFIT_FUZZ_ONE_ENTRY
+constexpr refit_plugin_entry_fn kEntries[] = {&REFIT_FUZZ_ONE_ENTRY};
+#else
 constexpr refit_plugin_entry_fn kEntries[] = {&fuzz_entry_dense, &fuzz_entry_indices};
+#endif
 constexpr uint64_t kElems = 97;
 constexpr size_t kGuardBytes = 256;
 constexpr uint8_t kGuardByte = 0xA5;

@@ -1,0 +1,29 @@
+// The `ctx` codec: positions coded per class of the receiver's OLD value (its binary exponent),
+// values as signed steps in the dtype's ordered integer representation, all through one adaptive
+// binary range coder. Pure functions of their inputs (no state between calls, thread-safe).
+//
+// Everything is integer arithmetic on bit patterns: the ordered-integer map and the step are
+// exactly invertible for every bit pattern (NaN payloads, +-0, inf, subnormals), so no value needs
+// a special case; a large step simply costs its raw bits. See README.md for the payload format.
+#pragma once
+
+#include <cstdint>
+
+#include "refit/plugin_abi.h"
+#include "refit/status.h"
+
+namespace refit::ctx {
+
+// Upper bound of Encode()'s output for `in` (0 when the input is invalid or a full sync).
+uint64_t MaxEncodedSize(const refit_encode_input_t& in);
+
+// Encodes the delta old -> new at in.positions into out[0, cap). Full syncs (old_bits == NULL)
+// are unsupported. Fails cleanly (nothing written past cap) when cap is too small.
+Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap);
+
+// Applies a payload onto target (which holds the old bits). The payload is untrusted: its
+// checksum, header and every count are validated before the first write, and no write ever
+// leaves the target.
+Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target);
+
+}  // namespace refit::ctx

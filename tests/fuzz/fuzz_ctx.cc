@@ -1,0 +1,109 @@
+// Fuzzes the `ctx` decoder (plugins/encodings/ctx/ctx_codec.cc, compiled in with the fuzzer's
+// instrumentation).
+//
+// Input: byte 0 picks the dtype (bits 0-6: value % 12 + 1 in refit_dtype_t order) and, with bit 7
+// set, asks the harness to fix up the payload's checksum so that mutations reach the range
+// decoder behind it (a random body almost never carries a valid checksum). The rest is the
+// payload, decoded onto kElems elements (initial bytes i * 7) with guard bytes on both sides.
+// Checks: no crash or sanitizer report, guards intact, a refusal has a one-line message, and the
+// bits an accepted payload produced survive a round trip through the encoder.
+// Seeds (corpus/ctx/) come from `refit_ctx_measure seeds DIR`.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ctx_codec.h"
+#include "refit/kernels/diff.h"
+#include "refit/sdk/encoding_util.hpp"
+
+namespace {
+
+#define FUZZ_CHECK(cond, ...)                                      \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::fprintf(stderr, "fuzz_ctx: check failed: %s: ", #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                           \
+      std::fprintf(stderr, "\n");                                  \
+      std::abort();                                                \
+    }                                                              \
+  } while (0)
+
+constexpr uint64_t kElems = 97;
+constexpr size_t kGuardBytes = 256;
+constexpr uint8_t kGuardByte = 0xA5;
+constexpr uint32_t kElemSizes[12] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1};
+// Layout facts of the payload the fix-up needs: [0] version, [1, 5) checksum of [5, len).
+constexpr size_t kChecksumOffset = 1;
+constexpr size_t kChecked = 5;
+
+bool GuardsIntact(const std::vector<uint8_t>& buf, size_t bytes) {
+  for (size_t i = 0; i < kGuardBytes; ++i) {
+    if (buf[i] != kGuardByte || buf[kGuardBytes + bytes + i] != kGuardByte) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const int32_t dtype = static_cast<int32_t>((data[0] & 0x7f) % 12) + 1;
+  const uint32_t elem_size = kElemSizes[dtype - 1];
+  const size_t bytes = kElems * elem_size;
+  std::vector<uint8_t> payload(data + 1, data + size);  // exact size: overreads are caught
+  if ((data[0] & 0x80) != 0 && payload.size() >= kChecked) {
+    const uint64_t digest =
+        refit::kernels::Digest64(payload.data() + kChecked, payload.size() - kChecked);
+    refit::sdk::StoreLE<uint32_t>(payload.data() + kChecksumOffset, static_cast<uint32_t>(digest));
+  }
+
+  std::vector<uint8_t> initial(bytes);
+  for (size_t i = 0; i < bytes; ++i) initial[i] = static_cast<uint8_t>(i * 7);
+  std::vector<uint8_t> buf(bytes + 2 * kGuardBytes, kGuardByte);
+  std::memcpy(buf.data() + kGuardBytes, initial.data(), bytes);
+  refit_decode_target_t target{};
+  target.struct_size = sizeof(target);
+  target.dtype = dtype;
+  target.elem_size = elem_size;
+  target.n_elems = kElems;
+  target.bits = buf.data() + kGuardBytes;
+
+  refit::Status st = refit::ctx::Decode(payload.data(), payload.size(), target);
+  FUZZ_CHECK(GuardsIntact(buf, bytes), "decode (%s) wrote outside the target",
+             st.ToString().c_str());
+  if (!st.ok()) {
+    FUZZ_CHECK(!st.message().empty(), "empty error message");
+    FUZZ_CHECK(st.message().find('\n') == std::string::npos, "multi-line error: %s",
+               st.message().c_str());
+    return 0;
+  }
+
+  // Accepted: the decoded bits must survive encode + decode from the same initial bits.
+  const std::vector<uint8_t> decoded(buf.begin() + kGuardBytes,
+                                     buf.begin() + static_cast<ptrdiff_t>(kGuardBytes + bytes));
+  std::vector<uint64_t> positions;
+  refit_encode_input_t in{};
+  in.struct_size = sizeof(in);
+  in.dtype = dtype;
+  in.elem_size = elem_size;
+  in.n_elems = kElems;
+  in.old_bits = initial.data();
+  in.new_bits = decoded.data();
+  in.n_changed =
+      refit::kernels::DiffPositions(initial.data(), decoded.data(), kElems, elem_size, &positions);
+  in.positions = positions.data();
+  const uint64_t max = refit::ctx::MaxEncodedSize(in);
+  FUZZ_CHECK(max > 0, "MaxEncodedSize is 0");
+  std::vector<uint8_t> out(max);
+  refit::Result<uint64_t> written = refit::ctx::Encode(in, out.data(), max);
+  FUZZ_CHECK(written.ok(), "re-encode failed: %s", written.status().ToString().c_str());
+  out.resize(*written);
+  std::vector<uint8_t> again = initial;
+  target.bits = again.data();
+  st = refit::ctx::Decode(out.data(), out.size(), target);
+  FUZZ_CHECK(st.ok(), "decode of its own payload failed: %s", st.ToString().c_str());
+  FUZZ_CHECK(again == decoded, "round trip changed the bits");
+  return 0;
+}

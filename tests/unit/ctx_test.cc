@@ -1,0 +1,277 @@
+// Codec-level tests of the `ctx` encoding (plugins/encodings/ctx/ctx_codec.cc is compiled into
+// this binary). The encoding conformance suite covers the plugin contract on every dtype; these
+// check what is specific to ctx: the size target on a realistic delta, the step model on every
+// bf16 pattern, the literal fallback, the checksum and header checks, and thread safety of the
+// per-thread scratch.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ctx_bound.h"
+#include "ctx_codec.h"
+#include "refit/kernels/diff.h"
+#include "refit/sdk/encoding_util.hpp"
+#include "refit/synthetic.h"
+
+namespace refit {
+namespace {
+
+struct Delta {
+  int32_t dtype = REFIT_DTYPE_BF16;
+  uint32_t elem_size = 2;
+  std::vector<uint8_t> old_bits;
+  std::vector<uint8_t> new_bits;
+  std::vector<uint64_t> positions;
+
+  uint64_t n() const { return old_bits.size() / elem_size; }
+  refit_encode_input_t Input() {
+    positions.clear();
+    refit_encode_input_t in{};
+    in.struct_size = sizeof(in);
+    in.dtype = dtype;
+    in.elem_size = elem_size;
+    in.n_elems = n();
+    in.old_bits = old_bits.data();
+    in.new_bits = new_bits.data();
+    in.n_changed =
+        kernels::DiffPositions(old_bits.data(), new_bits.data(), n(), elem_size, &positions);
+    in.positions = positions.data();
+    return in;
+  }
+};
+
+std::vector<uint8_t> EncodeOrDie(Delta& d) {
+  const refit_encode_input_t in = d.Input();
+  std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
+  Result<uint64_t> size = ctx::Encode(in, out.data(), out.size());
+  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  out.resize(size.ok() ? *size : 0);
+  return out;
+}
+
+refit_decode_target_t TargetOf(const Delta& d, std::vector<uint8_t>* bits) {
+  refit_decode_target_t t{};
+  t.struct_size = sizeof(t);
+  t.dtype = d.dtype;
+  t.elem_size = d.elem_size;
+  t.n_elems = d.n();
+  t.bits = bits->data();
+  return t;
+}
+
+// Decodes onto a copy of the old bits; true when that gives exactly the new bits.
+bool RoundTrips(Delta& d, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> bits = d.old_bits;
+  Status st = ctx::Decode(payload.data(), payload.size(), TargetOf(d, &bits));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return st.ok() && bits == d.new_bits;
+}
+
+// One step of the project's synthetic trajectory at lr 1e-6, all tensors back to back.
+Delta MakeSyntheticDelta() {
+  SyntheticModelSpec spec;
+  spec.hidden = 256;
+  spec.layers = 4;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 688;
+  spec.vocab = 4096;
+  SyntheticModel model(spec);
+  model.Step(1e-6);
+  Delta d;
+  for (const TensorView& v : model.bf16()) {
+    d.old_bits.insert(d.old_bits.end(), v.bytes(), v.bytes() + v.nbytes());
+  }
+  model.Step(1e-6);
+  for (const TensorView& v : model.bf16()) {
+    d.new_bits.insert(d.new_bits.end(), v.bytes(), v.bytes() + v.nbytes());
+  }
+  return d;
+}
+
+// Made once (the model steps ~2M weights); each test gets its own copy.
+Delta SyntheticDelta() {
+  static const Delta kDelta = MakeSyntheticDelta();
+  return kDelta;
+}
+
+TEST(CtxCodec, SyntheticDeltaIsWellBelowTheOrder0Bound) {
+  Delta d = SyntheticDelta();
+  const std::vector<uint8_t> payload = EncodeOrDie(d);
+  ASSERT_TRUE(RoundTrips(d, payload));
+  const double density = static_cast<double>(d.positions.size()) / static_cast<double>(d.n());
+  EXPECT_GT(density, 0.005);
+  EXPECT_LT(density, 0.03);
+  const ctx::Order0Bound bound = ctx::ComputeOrder0Bound(
+      d.old_bits.data(), d.new_bits.data(), 2, d.n(), d.positions.data(), d.positions.size());
+  // Issue 3's target is <= 0.75x the bound; this run measures ~0.66x.
+  EXPECT_LT(static_cast<double>(payload.size()), 0.75 * bound.total_bytes())
+      << payload.size() << " bytes vs bound " << bound.total_bytes();
+}
+
+// Every bf16 pattern as an old value, each moved by a step from a mix of one ULP, a few ULPs and
+// random bits: crosses +-0, subnormals, inf and NaN payloads in the ordered representation.
+TEST(CtxCodec, EveryBf16PatternSteppedRoundTrips) {
+  std::mt19937_64 rng(7);
+  Delta d;
+  d.old_bits.resize(65536 * 2);
+  d.new_bits.resize(65536 * 2);
+  for (uint32_t v = 0; v < 65536; ++v) {
+    uint16_t next = static_cast<uint16_t>(v);
+    switch (rng() % 4) {
+      case 0:
+        next = static_cast<uint16_t>(v + 1);
+        break;
+      case 1:
+        next = static_cast<uint16_t>(v - 1);
+        break;
+      case 2:
+        next = static_cast<uint16_t>(v ^ 0x8000);  // sign flip (+0 <-> -0, NaN <-> -NaN)
+        break;
+      default:
+        next = static_cast<uint16_t>(rng());
+        break;
+    }
+    sdk::StoreLE<uint16_t>(d.old_bits.data() + 2 * v, static_cast<uint16_t>(v));
+    sdk::StoreLE<uint16_t>(d.new_bits.data() + 2 * v, next);
+  }
+  EXPECT_TRUE(RoundTrips(d, EncodeOrDie(d)));
+}
+
+// One-ULP steps on wide and narrow float types, including across the sign (f64 also exercises
+// the clamped exponent classes) and integer wrap-around.
+TEST(CtxCodec, StepsRoundTripOnEveryWidth) {
+  struct Case {
+    int32_t dtype;
+    uint32_t size;
+  };
+  for (Case c : {Case{REFIT_DTYPE_F64, 8}, Case{REFIT_DTYPE_F32, 4}, Case{REFIT_DTYPE_I64, 8},
+                 Case{REFIT_DTYPE_I16, 2}, Case{REFIT_DTYPE_F8_E4M3, 1}, Case{REFIT_DTYPE_BOOL, 1},
+                 Case{REFIT_DTYPE_F16, 2}}) {
+    std::mt19937_64 rng(static_cast<uint64_t>(c.dtype));
+    Delta d;
+    d.dtype = c.dtype;
+    d.elem_size = c.size;
+    const uint64_t n = 20000;
+    d.old_bits.resize(n * c.size);
+    for (auto& b : d.old_bits) b = static_cast<uint8_t>(rng());
+    d.new_bits = d.old_bits;
+    for (uint64_t i = 0; i < n; i += 1 + rng() % 50) {
+      uint64_t v = 0;
+      std::memcpy(&v, d.old_bits.data() + i * c.size, c.size);
+      v += (rng() & 1) ? 1 : ~uint64_t{0};  // +-1 on the raw pattern
+      if (rng() % 10 == 0) v = rng();
+      std::memcpy(d.new_bits.data() + i * c.size, &v, c.size);
+    }
+    EXPECT_TRUE(RoundTrips(d, EncodeOrDie(d))) << "dtype " << c.dtype;
+  }
+}
+
+TEST(CtxCodec, DenseRandomChangesFallBackToLiteralNoLargerThanTheBits) {
+  std::mt19937_64 rng(3);
+  Delta d;
+  d.old_bits.resize(2 * 5000);
+  d.new_bits.resize(2 * 5000);
+  for (auto& b : d.old_bits) b = static_cast<uint8_t>(rng());
+  for (auto& b : d.new_bits) b = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> payload = EncodeOrDie(d);
+  ASSERT_TRUE(RoundTrips(d, payload));
+  EXPECT_LE(payload.size(), d.new_bits.size() + 16);
+  EXPECT_EQ(payload[5], 1) << "expected the literal mode";
+}
+
+TEST(CtxCodec, DamagedPayloadsAreRefusedBeforeAnyWrite) {
+  Delta d = SyntheticDelta();
+  d.old_bits.resize(200000);
+  d.new_bits.resize(200000);
+  std::vector<uint8_t> payload = EncodeOrDie(d);
+  ASSERT_TRUE(RoundTrips(d, payload));
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<uint8_t> bad = payload;
+    if (trial % 2 == 0) {
+      bad.resize(rng() % payload.size());  // truncated
+    } else {
+      bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);  // one byte damaged
+    }
+    std::vector<uint8_t> bits = d.old_bits;
+    EXPECT_FALSE(ctx::Decode(bad.data(), bad.size(), TargetOf(d, &bits)).ok()) << trial;
+    EXPECT_EQ(bits, d.old_bits) << "trial " << trial << " wrote before refusing";
+  }
+}
+
+TEST(CtxCodec, HeaderMustMatchTheTarget) {
+  Delta d = SyntheticDelta();
+  d.old_bits.resize(100000);
+  d.new_bits.resize(100000);
+  const std::vector<uint8_t> payload = EncodeOrDie(d);
+  std::vector<uint8_t> bits = d.old_bits;
+  refit_decode_target_t t = TargetOf(d, &bits);
+  t.n_elems -= 1;
+  EXPECT_EQ(ctx::Decode(payload.data(), payload.size(), t).code(), StatusCode::kCorrupt);
+  t = TargetOf(d, &bits);
+  t.dtype = REFIT_DTYPE_F16;  // same width, other classes
+  EXPECT_EQ(ctx::Decode(payload.data(), payload.size(), t).code(), StatusCode::kCorrupt);
+  std::vector<uint8_t> future = payload;
+  future[0] = 2;
+  EXPECT_EQ(ctx::Decode(future.data(), future.size(), TargetOf(d, &bits)).code(),
+            StatusCode::kUnsupported);
+  EXPECT_EQ(bits, d.old_bits);
+}
+
+// A body with a valid checksum but arbitrary bits (what the checksum cannot catch) must still
+// be handled: refused or decoded, never a write outside the target.
+TEST(CtxCodec, ForgedBodiesStayInsideTheTarget) {
+  std::mt19937_64 rng(5);
+  Delta d = SyntheticDelta();
+  d.old_bits.resize(8000);
+  d.new_bits.resize(8000);
+  const std::vector<uint8_t> payload = EncodeOrDie(d);
+  constexpr size_t kGuard = 64;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<uint8_t> bad = payload;
+    const size_t from = 9 + rng() % (bad.size() - 9);
+    for (size_t i = from; i < bad.size(); ++i) {
+      if (rng() % 3 == 0) bad[i] = static_cast<uint8_t>(rng());
+    }
+    if (trial % 5 == 0) bad.resize(from);
+    const uint64_t digest = kernels::Digest64(bad.data() + 5, bad.size() - 5);
+    sdk::StoreLE<uint32_t>(bad.data() + 1, static_cast<uint32_t>(digest));
+    std::vector<uint8_t> guarded(d.old_bits.size() + 2 * kGuard, 0xA5);
+    std::memcpy(guarded.data() + kGuard, d.old_bits.data(), d.old_bits.size());
+    refit_decode_target_t t = TargetOf(d, &guarded);
+    t.bits = guarded.data() + kGuard;
+    (void)ctx::Decode(bad.data(), bad.size(), t);
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(guarded[i], 0xA5) << trial;
+      ASSERT_EQ(guarded[kGuard + d.old_bits.size() + i], 0xA5) << trial;
+    }
+  }
+}
+
+TEST(CtxCodec, ConcurrentEncodesMatchSerialOnes) {
+  Delta a = SyntheticDelta();
+  Delta b = a;
+  b.old_bits.resize(300000);
+  b.new_bits.resize(300000);
+  const std::vector<uint8_t> want_a = EncodeOrDie(a);
+  const std::vector<uint8_t> want_b = EncodeOrDie(b);
+  std::vector<uint8_t> got_a;
+  std::vector<uint8_t> got_b;
+  std::thread ta([&] {
+    for (int i = 0; i < 3; ++i) got_a = EncodeOrDie(a);
+  });
+  std::thread tb([&] {
+    for (int i = 0; i < 3; ++i) got_b = EncodeOrDie(b);
+  });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+}
+
+}  // namespace
+}  // namespace refit
