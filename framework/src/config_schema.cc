@@ -1,6 +1,7 @@
 // The framework's config keys (docs/config.md documents each) and whole-file validation.
 #include <set>
 
+#include "engine.h"
 #include "refit/pipeline.h"
 
 namespace refit {
@@ -8,7 +9,11 @@ namespace refit {
 std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
   std::vector<ConfigKeySpec> specs = {
       {"sender.state_dir", REFIT_CFG_STRING, "", "directory holding the sender's baseline and state"},
-      {"sender.encoding", REFIT_CFG_STRING, "\"indices\"", "encoding of changed records"},
+      {"sender.encoding", REFIT_CFG_STRING, "\"auto\"",
+       "encoding of changed records (\"auto\": the best of [encoding.auto] candidates per record)"},
+      {"sender.threads", REFIT_CFG_INT, "0",
+       "threads diffing and encoding chunks (0: hardware concurrency, 1: inline); the payload "
+       "bytes do not depend on it"},
       {"sender.bucket_bytes", REFIT_CFG_SIZE, "\"64MiB\"", "payload size cap (one flush)"},
       {"sender.chunk_bytes", REFIT_CFG_SIZE, "\"16MiB\"",
        "tensors are cut into records of at most this many dense bytes"},
@@ -28,6 +33,10 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
+  for (ConfigKeySpec spec : internal::AutoConfigSpecs()) {
+    spec.name = std::string("encoding.") + internal::kAutoEncoding + "." + spec.name;
+    specs.push_back(std::move(spec));
+  }
   return specs;
 }
 
@@ -67,6 +76,13 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
       }
       std::string name = rest.substr(0, dot);
       if (!validated.insert(name).second) continue;
+      if (k.kind == REFIT_KIND_ENCODING && name == internal::kAutoEncoding) {
+        // The framework's own `auto` encoding: its keys, then its candidates.
+        RETURN_NOT_OK(config.Validate(specs, "encoding.auto"));
+        internal::EncodingCache cache(registry, &config);
+        RETURN_NOT_OK(cache.Auto().status());
+        continue;
+      }
       const ComponentInfo* info = registry.Find(k.kind, name);
       if (info == nullptr) {
         return Status::Invalid(config.Where(key) + ": section [" + std::string(k.root) + "." +
@@ -81,8 +97,10 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
       RETURN_NOT_OK(config.Validate(plugin_specs, section));
     }
   }
-  ASSIGN_OR_RAISE(std::string encoding, config.GetString("sender.encoding", "indices"));
-  if (registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
+  ASSIGN_OR_RAISE(std::string encoding,
+                  config.GetString("sender.encoding", internal::kAutoEncoding));
+  if (encoding != internal::kAutoEncoding &&
+      registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
     return Status::Invalid(config.Where("sender.encoding") + ": unknown encoding '" + encoding +
                            "'");
   }

@@ -151,21 +151,197 @@ Result<const Encoding*> EncodingCache::Get(const std::string& name) {
   return raw;
 }
 
+const std::vector<std::string>& AutoPreferredOrder() {
+  // Cheapest to apply first: a plain scatter, a bitmask walk, gap decoding, then the entropy
+  // coded ones. "fastest" mode takes the first of these within the size budget.
+  static const std::vector<std::string> order = {"indices",     "bitmask", "deltas",
+                                                 "deltas_zstd", "xor",     "ctx"};
+  return order;
+}
+
+std::vector<ConfigKeySpec> AutoConfigSpecs() {
+  return {
+      {"candidates", REFIT_CFG_STRING_LIST, "(overwrite encodings but dense)",
+       "encodings tried per record (default: every registered overwrite encoding but dense, "
+       "cheapest first: indices, bitmask, deltas, deltas_zstd, then the rest by name; list xor "
+       "or ctx explicitly to use them)"},
+      {"mode", REFIT_CFG_STRING, "\"smallest\"",
+       "\"smallest\": the smallest record; \"fastest\": the first candidate within budget"},
+      {"budget", REFIT_CFG_DOUBLE, "1.1",
+       "mode fastest: largest accepted size as a multiple of the smallest candidate's"},
+  };
+}
+
+Result<const AutoPolicy*> EncodingCache::Auto() {
+  std::lock_guard<std::mutex> lock(auto_mu_);
+  if (auto_) return auto_.get();
+  const std::string section = std::string("encoding.") + kAutoEncoding;
+  auto policy = std::make_unique<AutoPolicy>();
+  std::vector<std::string> names;
+  const std::string cand_key = section + ".candidates";
+  auto where = [&](const std::string& key) {
+    return config_ != nullptr ? config_->Where(key) + ": " : std::string();
+  };
+  if (config_ != nullptr && config_->Has(cand_key)) {
+    ASSIGN_OR_RAISE(names, config_->GetStringList(cand_key, {}));
+    if (names.empty()) return Status::Invalid(where(cand_key) + cand_key + " is empty");
+    for (const std::string& name : names) {
+      if (name == kAutoEncoding) {
+        return Status::Invalid(where(cand_key) + cand_key + ": 'auto' cannot be its own candidate");
+      }
+      if (registry_.Find(REFIT_KIND_ENCODING, name) == nullptr) {
+        std::string known;
+        for (const ComponentInfo* c : registry_.List()) {
+          if (c->kind == REFIT_KIND_ENCODING) known += (known.empty() ? "" : ", ") + c->name;
+        }
+        return Status::Invalid(where(cand_key) + cand_key + ": unknown encoding '" + name +
+                               "' (known: " + known + ")");
+      }
+    }
+  } else {
+    std::vector<std::string> rest;
+    for (const ComponentInfo* c : registry_.List()) {
+      if (c->kind != REFIT_KIND_ENCODING || c->name == "dense" || c->name == kAutoEncoding) {
+        continue;
+      }
+      const auto& order = AutoPreferredOrder();
+      if (std::find(order.begin(), order.end(), c->name) == order.end()) rest.push_back(c->name);
+    }
+    for (const std::string& name : AutoPreferredOrder()) {
+      if (registry_.Find(REFIT_KIND_ENCODING, name) != nullptr) names.push_back(name);
+    }
+    std::sort(rest.begin(), rest.end());
+    names.insert(names.end(), rest.begin(), rest.end());
+  }
+  const bool defaulted = config_ == nullptr || !config_->Has(cand_key);
+  for (const std::string& name : names) {
+    ASSIGN_OR_RAISE(const Encoding* enc, Get(name));
+    // Until the receiver journals non-idempotent records (DESIGN invariant 4), the default
+    // candidates are the overwrite encodings: a crash mid-apply can then always be re-applied.
+    // xor/step encodings (xor, ctx) are used when listed explicitly.
+    if (defaulted && enc->op() != REFIT_OP_OVERWRITE) continue;
+    policy->candidates.push_back(enc);
+  }
+  if (config_ != nullptr) {
+    const std::string mode_key = section + ".mode";
+    ASSIGN_OR_RAISE(std::string mode, config_->GetString(mode_key, "smallest"));
+    if (mode != "smallest" && mode != "fastest") {
+      return Status::Invalid(where(mode_key) + mode_key + ": unknown mode '" + mode +
+                             "' (smallest or fastest)");
+    }
+    policy->fastest = mode == "fastest";
+    const std::string budget_key = section + ".budget";
+    ASSIGN_OR_RAISE(policy->budget, config_->GetDouble(budget_key, 1.1));
+    if (!(policy->budget >= 1.0) || policy->budget > 1e6) {
+      return Status::Invalid(where(budget_key) + budget_key + " must be >= 1.0");
+    }
+  }
+  auto_ = std::move(policy);
+  return auto_.get();
+}
+
+// ---------------------------------------------------------------- worker pool
+
+WorkerPool::WorkerPool(unsigned threads) {
+  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (head_ == queue_.size()) {  // drained: reuse the storage
+      queue_.clear();
+      head_ = 0;
+    }
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void WorkerPool::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return head_ < queue_.size() || stop_; });
+    if (head_ == queue_.size()) return;  // stop_ and nothing queued
+    std::function<void()> task = std::move(queue_[head_++]);
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
+
 // ---------------------------------------------------------------- sender side
 
+// One chunk in flight: its inputs, reusable scratch, and the encoded result awaiting commit.
+struct DeltaWriter::Slot {
+  bool pending = false;  // submitted and not yet committed (caller's thread only)
+  bool done = false;     // computed (guarded by slot_mu_)
+  std::shared_ptr<const SliceSource> src;
+  Box rel;
+  std::vector<uint8_t> old_scratch;
+  std::vector<uint8_t> new_scratch;
+  std::vector<uint64_t> positions;
+  std::vector<uint8_t> best;
+  std::vector<uint8_t> trial;
+  std::vector<uint64_t> sizes;
+  // Results.
+  Status status;
+  RecordHeader header;
+  refit_encode_input_t in{};
+  const Encoding* chosen = nullptr;  // null: dense
+  uint64_t encoded_len = 0;
+  double diff_seconds = 0;
+  double encode_seconds = 0;
+};
+
+unsigned DeltaWriter::ResolveThreads(int64_t configured) {
+  if (configured > 0) return static_cast<unsigned>(std::min<int64_t>(configured, 256));
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+}
+
 DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
-                         uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush)
+                         uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
+                         unsigned threads)
     : encodings_(encodings),
       encoding_(std::move(encoding)),
       chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1024)),
       bucket_bytes_(std::max<uint64_t>(bucket_bytes, 1024)),
       builder_(std::move(payload_metadata)),
-      flush_(std::move(flush)) {
+      flush_(std::move(flush)),
+      threads_(ResolveThreads(threads)) {
   // One allocation per payload instead of a reallocation chain while records are appended.
   if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
 }
 
+DeltaWriter::~DeltaWriter() {
+  pool_.reset();  // runs what is queued (slots stay alive), then joins
+}
+
+Status DeltaWriter::Prepare() {
+  if (prepared_) return Status::OK();
+  ASSIGN_OR_RAISE(dense_, encodings_.Get("dense"));
+  if (encoding_ == kAutoEncoding) {
+    ASSIGN_OR_RAISE(auto_, encodings_.Auto());
+  } else if (encoding_ != "dense") {
+    ASSIGN_OR_RAISE(single_, encodings_.Get(encoding_));
+  }
+  for (unsigned i = 0; i < threads_; ++i) slots_.push_back(std::make_unique<Slot>());
+  if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_);
+  prepared_ = true;
+  return Status::OK();
+}
+
 Status DeltaWriter::Add(const SliceSource& s) {
+  RETURN_NOT_OK(Prepare());
   const uint32_t elem = SizeOf(s.dtype);
   Box rel;
   rel.offset.assign(s.local_box.extent.size(), 0);
@@ -173,17 +349,42 @@ Status DeltaWriter::Add(const SliceSource& s) {
   uint64_t n = BoxElements(rel);
   total_elements += n;
   model_bytes += n * elem;
+  auto src = std::make_shared<const SliceSource>(s);
   for (const Box& chunk : SplitBox(rel, std::max<uint64_t>(chunk_bytes_ / elem, 1))) {
-    RETURN_NOT_OK(AddChunk(s, chunk).WithContext("tensor '" + s.tensor + "'"));
+    Slot& slot = *slots_[next_slot_];
+    // Slots are used round-robin, so the one to reuse is the oldest: commits stay in order.
+    if (slot.pending) RETURN_NOT_OK(WaitAndCommit(slot));
+    slot.src = src;
+    slot.rel = chunk;
+    slot.pending = true;
+    slot.done = false;
+    next_slot_ = (next_slot_ + 1) % slots_.size();
+    if (pool_) {
+      pool_->Submit([this, &slot] {
+        Compute(slot);
+        std::lock_guard<std::mutex> lock(slot_mu_);
+        slot.done = true;
+        slot_cv_.notify_all();
+      });
+    } else {
+      Compute(slot);
+      slot.done = true;
+      RETURN_NOT_OK(WaitAndCommit(slot));
+    }
   }
   return Status::OK();
 }
 
-Status DeltaWriter::AddChunk(const SliceSource& s, const Box& rel) {
+void DeltaWriter::Compute(Slot& slot) {
+  const SliceSource& s = *slot.src;
+  const Box& rel = slot.rel;
   const uint32_t elem = SizeOf(s.dtype);
   const uint64_t n = BoxElements(rel);
   Box local = rel;
   for (size_t d = 0; d < rel.offset.size(); ++d) local.offset[d] += s.local_box.offset[d];
+  slot.status = Status::OK();
+  slot.chosen = nullptr;
+  slot.encoded_len = 0;
 
   // Contiguous boxes are read in place; others are gathered once into scratch.
   const uint8_t* new_bits;
@@ -194,80 +395,168 @@ Status DeltaWriter::AddChunk(const SliceSource& s, const Box& rel) {
     new_bits = s.new_bits + start;
     if (s.old_bits != nullptr) old_bits = s.old_bits + start;
   } else {
-    new_scratch_.resize(n * elem);
-    GatherBox(s.new_bits, s.local_shape, local, elem, new_scratch_.data());
-    new_bits = new_scratch_.data();
+    slot.new_scratch.resize(n * elem);
+    GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
+    new_bits = slot.new_scratch.data();
     if (s.old_bits != nullptr) {
-      old_scratch_.resize(n * elem);
-      GatherBox(s.old_bits, s.local_shape, local, elem, old_scratch_.data());
-      old_bits = old_scratch_.data();
+      slot.old_scratch.resize(n * elem);
+      GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
+      old_bits = slot.old_scratch.data();
     }
   }
-  positions_.clear();
+  slot.positions.clear();
   uint64_t changed = n;
   if (old_bits != nullptr) {
-    changed = kernels::DiffPositions(old_bits, new_bits, n, elem, &positions_);
+    changed = kernels::DiffPositions(old_bits, new_bits, n, elem, &slot.positions);
   }
-  diff_seconds += diff_clock.Seconds();
-  if (changed == 0) return Status::OK();
+  slot.diff_seconds = diff_clock.Seconds();
+  slot.encode_seconds = 0;
+  RecordHeader& h = slot.header;
+  h = RecordHeader();
+  h.changed = changed;
+  if (changed == 0) return;
 
   Stopwatch encode_clock;
-  refit_encode_input_t in{};
+  refit_encode_input_t& in = slot.in;
+  in = refit_encode_input_t{};
   in.struct_size = sizeof(in);
   in.dtype = static_cast<int32_t>(s.dtype);
   in.elem_size = elem;
   in.n_elems = n;
   in.old_bits = old_bits;
   in.new_bits = new_bits;
-  in.positions = old_bits != nullptr ? positions_.data() : nullptr;
+  in.positions = old_bits != nullptr ? slot.positions.data() : nullptr;
   in.n_changed = changed;
 
-  RecordHeader h;
   h.tensor = s.tensor;
   h.dtype = s.dtype;
   h.shape = s.canonical_shape;
   h.box_offset = rel.offset;
   for (size_t d = 0; d < rel.offset.size(); ++d) h.box_offset[d] += s.canonical_offset[d];
   h.box_extent = rel.extent;
-  h.changed = changed;
   h.digest = kernels::Digest64(new_bits, n * elem);
   h.create = old_bits == nullptr;
 
-  // The chosen encoding goes to scratch first: a record it would make larger than the bits
-  // themselves is sent dense instead (never bigger, always applies). Full syncs are dense.
-  if (old_bits != nullptr && encoding_ != "dense") {
-    ASSIGN_OR_RAISE(const Encoding* enc, encodings_.Get(encoding_));
+  // Encoded into scratch first: a record the encoding would make at least as large as the bits
+  // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
+  // dense copy is made at commit, straight into the payload.
+  if (old_bits == nullptr || (single_ == nullptr && auto_ == nullptr)) return;
+  auto encode = [&](const Encoding* enc, std::vector<uint8_t>& out) -> Result<uint64_t> {
     uint64_t cap = enc->MaxEncodedSize(in);
     if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");
-    encoded_.resize(cap);
-    ASSIGN_OR_RAISE(uint64_t written, enc->Encode(in, encoded_.data(), cap));
-    if (written < n * elem) {
-      if (!builder_.empty() && builder_.data_bytes() + written > bucket_bytes_) {
-        RETURN_NOT_OK(Flush());
+    out.resize(cap);
+    return enc->Encode(in, out.data(), cap);
+  };
+  const uint64_t dense_bytes = n * elem;
+  if (single_ != nullptr) {
+    Result<uint64_t> written = encode(single_, slot.best);
+    if (!written.ok()) {
+      slot.status = written.status();
+      return;
+    }
+    if (written.value() < dense_bytes) {
+      slot.chosen = single_;
+      slot.encoded_len = written.value();
+    }
+  } else {
+    // Every candidate runs; the smallest so far stays in `best`.
+    const auto& cands = auto_->candidates;
+    slot.sizes.assign(cands.size(), UINT64_MAX);
+    size_t smallest = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      Result<uint64_t> written = encode(cands[i], slot.trial);
+      if (!written.ok()) {
+        slot.status = written.status();
+        return;
       }
-      h.encoding = enc->name();
-      h.op = enc->op();
-      builder_.Add(std::move(h), encoded_.data(), written);
-      encode_seconds += encode_clock.Seconds();
-      changed_elements += changed;
-      changed_bytes += changed * elem;
-      ++records;
-      return Status::OK();
+      slot.sizes[i] = written.value();
+      if (smallest == cands.size() || written.value() < slot.sizes[smallest]) {
+        smallest = i;
+        std::swap(slot.best, slot.trial);
+      }
+    }
+    size_t pick = smallest;
+    if (auto_->fastest && smallest < cands.size()) {
+      const double limit = static_cast<double>(slot.sizes[smallest]) * auto_->budget;
+      for (size_t i = 0; i < cands.size(); ++i) {
+        if (static_cast<double>(slot.sizes[i]) <= limit) {
+          pick = i;
+          break;
+        }
+      }
+      if (pick != smallest) {
+        Result<uint64_t> written = encode(cands[pick], slot.best);
+        if (!written.ok()) {
+          slot.status = written.status();
+          return;
+        }
+      }
+    }
+    if (pick < cands.size() && slot.sizes[pick] < dense_bytes) {
+      slot.chosen = cands[pick];
+      slot.encoded_len = slot.sizes[pick];
     }
   }
-  ASSIGN_OR_RAISE(const Encoding* dense, encodings_.Get("dense"));
-  uint64_t cap = dense->MaxEncodedSize(in);
-  if (cap == 0) return Status::Internal("encoding 'dense' cannot size its output");
-  if (!builder_.empty() && builder_.data_bytes() + cap > bucket_bytes_) RETURN_NOT_OK(Flush());
-  h.encoding = dense->name();
-  h.op = dense->op();
-  uint8_t* out = builder_.AddInPlace(std::move(h), cap);
-  ASSIGN_OR_RAISE(uint64_t written, dense->Encode(in, out, cap));
-  builder_.TrimLast(written);
-  encode_seconds += encode_clock.Seconds();
+  slot.encode_seconds = encode_clock.Seconds();
+}
+
+Status DeltaWriter::WaitAndCommit(Slot& slot) {
+  {
+    std::unique_lock<std::mutex> lock(slot_mu_);
+    slot_cv_.wait(lock, [&] { return slot.done; });
+  }
+  slot.pending = false;
+  Status st = Commit(slot);
+  slot.src.reset();
+  if (!st.ok()) return st.WithContext("tensor '" + slot.header.tensor + "'");
+  return st;
+}
+
+Status DeltaWriter::Commit(Slot& slot) {
+  diff_seconds += slot.diff_seconds;
+  encode_seconds += slot.encode_seconds;
+  if (!slot.status.ok()) {
+    slot.header.tensor = slot.src->tensor;
+    return slot.status;
+  }
+  RecordHeader& h = slot.header;
+  const uint64_t changed = h.changed;
+  if (changed == 0) {
+    h.tensor = slot.src->tensor;
+    return Status::OK();
+  }
+  std::string tensor = h.tensor;
+  if (slot.chosen != nullptr) {
+    if (!builder_.empty() && builder_.data_bytes() + slot.encoded_len > bucket_bytes_) {
+      RETURN_NOT_OK(Flush());
+    }
+    h.encoding = slot.chosen->name();
+    h.op = slot.chosen->op();
+    builder_.Add(std::move(h), slot.best.data(), slot.encoded_len);
+  } else {
+    Stopwatch clock;
+    uint64_t cap = dense_->MaxEncodedSize(slot.in);
+    if (cap == 0) return Status::Internal("encoding 'dense' cannot size its output");
+    if (!builder_.empty() && builder_.data_bytes() + cap > bucket_bytes_) RETURN_NOT_OK(Flush());
+    h.encoding = dense_->name();
+    h.op = dense_->op();
+    uint8_t* out = builder_.AddInPlace(std::move(h), cap);
+    ASSIGN_OR_RAISE(uint64_t written, dense_->Encode(slot.in, out, cap));
+    builder_.TrimLast(written);
+    encode_seconds += clock.Seconds();
+  }
+  slot.header.tensor = std::move(tensor);  // for the caller's error context
   changed_elements += changed;
-  changed_bytes += changed * elem;
+  changed_bytes += changed * SizeOf(slot.src->dtype);
   ++records;
+  return Status::OK();
+}
+
+Status DeltaWriter::DrainSlots() {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Slot& slot = *slots_[(next_slot_ + k) % slots_.size()];
+    if (slot.pending) RETURN_NOT_OK(WaitAndCommit(slot));
+  }
   return Status::OK();
 }
 
@@ -280,7 +569,10 @@ Status DeltaWriter::Flush() {
   return st;
 }
 
-Status DeltaWriter::Finish() { return Flush(); }
+Status DeltaWriter::Finish() {
+  RETURN_NOT_OK(DrainSlots());
+  return Flush();
+}
 
 AsyncPutter::AsyncPutter(PutFn put)
     : put_(std::move(put)), thread_([this] { Run(); }) {}

@@ -32,19 +32,40 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The framework-level `auto` encoding (docs/config.md [encoding.auto]). It is not a plugin: a
+// plugin cannot call other plugins, so the writer runs every candidate and keeps one per record.
+constexpr const char* kAutoEncoding = "auto";
+
+struct AutoPolicy {
+  std::vector<const Encoding*> candidates;  // cheapest to apply first
+  bool fastest = false;                     // mode "fastest" (else "smallest")
+  double budget = 1.1;                      // "fastest": max size / smallest size
+};
+
+// The [encoding.auto] keys, for validation and `refit plugins` (names relative to the section).
+std::vector<ConfigKeySpec> AutoConfigSpecs();
+
 // Encodings by name, created on first use with their [encoding.<name>] config section.
 class EncodingCache {
  public:
   EncodingCache(const Registry& registry, const Config* config)
       : registry_(registry), config_(config) {}
   Result<const Encoding*> Get(const std::string& name);
+  // The [encoding.auto] policy with its candidates resolved (errors name the key).
+  Result<const AutoPolicy*> Auto();
 
  private:
   const Registry& registry_;
   const Config* config_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Encoding>> encodings_;
+  std::mutex auto_mu_;
+  std::unique_ptr<AutoPolicy> auto_;
 };
+
+// Default candidates of `auto`, cheapest to apply first; registered encodings not listed here
+// follow in name order. dense is never a candidate: it is every record's fallback.
+const std::vector<std::string>& AutoPreferredOrder();
 
 // One slice to diff and encode: a box of a local tensor that maps onto a box (same extent) of a
 // canonical tensor.
@@ -59,27 +80,58 @@ struct SliceSource {
   const uint8_t* old_bits = nullptr;  // local baseline base; null for a full sync
 };
 
+// A fixed set of worker threads running queued tasks in submission order of start.
+class WorkerPool {
+ public:
+  explicit WorkerPool(unsigned threads);
+  ~WorkerPool();  // finishes queued tasks, then joins
+  void Submit(std::function<void()> task);
+
+ private:
+  void Run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::function<void()>> queue_;  // FIFO via head_
+  size_t head_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 // Diffs, encodes and packs records into size-capped payloads, handing each full payload to
-// `flush`. The payload bytes do not depend on timing or threads.
+// `flush`. Chunks are diffed and encoded on `threads` workers (0: hardware concurrency, 1: inline
+// on the caller's thread) but appended in their original order and flushed on sizes alone, so the
+// payload bytes do not depend on timing or the thread count. At most `threads` chunks (each with
+// its positions and encoded scratch) are in flight.
+//
+// The bits an added slice points to must stay valid and unchanged until Finish() returns.
 class DeltaWriter {
  public:
   using FlushFn = std::function<Status(std::vector<uint8_t>&& payload, uint64_t records)>;
   DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
-              uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush);
+              uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
+              unsigned threads = 0);
+  ~DeltaWriter();  // waits for chunks still in flight (after an error)
 
   Status Add(const SliceSource& slice);
-  Status Finish();  // flushes the last partial payload
+  Status Finish();  // waits for every chunk, flushes the last partial payload
 
   uint64_t total_elements = 0;
   uint64_t changed_elements = 0;
   uint64_t model_bytes = 0;
   uint64_t changed_bytes = 0;
   uint64_t records = 0;
-  double diff_seconds = 0;
-  double encode_seconds = 0;
+  double diff_seconds = 0;    // summed over worker threads
+  double encode_seconds = 0;  // summed over worker threads
+
+  static unsigned ResolveThreads(int64_t configured);  // <= 0: hardware concurrency
 
  private:
-  Status AddChunk(const SliceSource& s, const Box& rel);
+  struct Slot;
+  Status Prepare();
+  void Compute(Slot& slot);   // diff + digest + encode (any thread)
+  Status Commit(Slot& slot);  // append in order (caller's thread)
+  Status WaitAndCommit(Slot& slot);
+  Status DrainSlots();
   Status Flush();
 
   EncodingCache& encodings_;
@@ -88,10 +140,16 @@ class DeltaWriter {
   uint64_t bucket_bytes_;
   PayloadBuilder builder_;
   FlushFn flush_;
-  std::vector<uint64_t> positions_;
-  std::vector<uint8_t> old_scratch_;
-  std::vector<uint8_t> new_scratch_;
-  std::vector<uint8_t> encoded_;
+  unsigned threads_;
+  bool prepared_ = false;
+  const Encoding* dense_ = nullptr;
+  const Encoding* single_ = nullptr;  // the configured encoding unless auto/dense
+  const AutoPolicy* auto_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t next_slot_ = 0;
+  std::mutex slot_mu_;
+  std::condition_variable slot_cv_;
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 // Puts payloads on a background thread: at most one being written while the next one is built.

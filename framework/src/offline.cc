@@ -83,8 +83,9 @@ uint64_t ModelDigest(const std::vector<TensorView>& tensors) {
 Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new_path,
                             const std::string& out_path, const std::string& encoding,
                             const Registry& registry, const Config* config) {
-  if (registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
-    std::string known;
+  if (encoding != internal::kAutoEncoding &&
+      registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
+    std::string known = internal::kAutoEncoding;
     for (const ComponentInfo* c : registry.List()) {
       if (c->kind == REFIT_KIND_ENCODING) known += (known.empty() ? "" : ", ") + c->name;
     }

@@ -57,6 +57,7 @@ struct Sender::Impl {
   std::string encoding;
   uint64_t bucket_bytes = 0;
   uint64_t chunk_bytes = 0;
+  unsigned threads = 1;
   std::vector<std::string> receivers;
   double ack_timeout = 600;
   int64_t full_every = 0;
@@ -226,7 +227,9 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   ASSIGN_OR_RAISE(m.registry, MakeRegistry(&m.config));
   RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
   ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("sender.state_dir"));
-  ASSIGN_OR_RAISE(m.encoding, m.config.GetString("sender.encoding", "indices"));
+  ASSIGN_OR_RAISE(m.encoding, m.config.GetString("sender.encoding", internal::kAutoEncoding));
+  ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("sender.threads", 0));
+  m.threads = internal::DeltaWriter::ResolveThreads(threads);
   ASSIGN_OR_RAISE(m.bucket_bytes, m.config.GetSize("sender.bucket_bytes", 64ull << 20));
   ASSIGN_OR_RAISE(m.chunk_bytes, m.config.GetSize("sender.chunk_bytes", 16ull << 20));
   if (m.chunk_bytes > m.bucket_bytes) m.chunk_bytes = m.bucket_bytes;
@@ -338,7 +341,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         ref.records = records;
         refs.push_back(ref);
         return putter.Submit(ref.key, std::move(payload));
-      });
+      },
+      m.threads);
 
   std::set<std::string> canonical_seen;
   for (const LocalSlice& s : slices) {

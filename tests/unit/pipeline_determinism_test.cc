@@ -1,0 +1,67 @@
+// Chunks are encoded on a thread pool, yet the payload bytes must not depend on the thread count.
+#include <gtest/gtest.h>
+
+#include "delta_test_util.h"
+#include "refit/delta.h"
+#include "refit/pipeline.h"
+
+namespace refit {
+namespace {
+
+TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
+  auto registry = MakeRegistry(nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status().message();
+  testing::TensorPair p;
+  p.Add("a", DType::kBF16, 300'000, 0.01, 11);
+  p.Add("b", DType::kBF16, 5'000, 0.2, 12);  // smaller than a chunk
+  p.Add("c", DType::kF32, 100'000, 0.5, 13);
+  p.Add("d", DType::kU8, 70'000, 0.002, 14);
+  p.Add("e", DType::kF64, 20'000, 1.0, 15);
+
+  std::vector<std::string> encodings = {"auto"};
+  for (const ComponentInfo* c : registry.value()->List()) {
+    if (c->kind == REFIT_KIND_ENCODING) encodings.push_back(c->name);
+  }
+  ASSERT_GE(encodings.size(), 3u);  // auto, dense, indices at least
+  for (const std::string& name : encodings) {
+    DeltaOptions opt;
+    opt.encoding = name;
+    opt.chunk_bytes = 32 << 10;  // many chunks per tensor
+    opt.threads = 1;
+    auto inline_payload = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
+    ASSERT_TRUE(inline_payload.ok()) << name << ": " << inline_payload.status().message();
+    for (unsigned threads : {2u, 4u}) {
+      opt.threads = threads;
+      auto pooled = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
+      ASSERT_TRUE(pooled.ok()) << name << ": " << pooled.status().message();
+      EXPECT_EQ(inline_payload.value(), pooled.value())
+          << name << " with " << threads << " threads";
+    }
+    // The pooled payload also applies bit-exactly.
+    std::vector<std::vector<uint8_t>> work = p.base_bits;
+    std::vector<TensorView> views = p.base;
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = work[i].data();
+    auto applied = ApplyDelta(inline_payload.value(), views, *registry.value(), nullptr);
+    ASSERT_TRUE(applied.ok()) << name << ": " << applied.status().message();
+    EXPECT_EQ(work, p.next_bits) << name;
+  }
+}
+
+TEST(PipelineDeterminism, FullSyncIsIdenticalAcrossThreadCounts) {
+  auto registry = MakeRegistry(nullptr);
+  ASSERT_TRUE(registry.ok());
+  testing::TensorPair p;
+  p.Add("a", DType::kBF16, 100'000, 0.01, 21);
+  p.Add("b", DType::kF16, 7'000, 0.01, 22);
+  DeltaOptions opt;
+  opt.chunk_bytes = 16 << 10;
+  opt.threads = 1;
+  auto one = EncodeDelta({}, p.next, opt, *registry.value(), nullptr);  // no base: dense
+  opt.threads = 3;
+  auto three = EncodeDelta({}, p.next, opt, *registry.value(), nullptr);
+  ASSERT_TRUE(one.ok() && three.ok());
+  EXPECT_EQ(one.value(), three.value());
+}
+
+}  // namespace
+}  // namespace refit
