@@ -155,6 +155,18 @@ Status RunInspect(const std::string& path, bool records) {
   return Status::OK();
 }
 
+namespace {
+
+void PrintKeys(const char* kind, const std::string& name, const std::vector<ConfigKeySpec>& keys) {
+  for (const ConfigKeySpec& k : keys) {
+    std::printf("%-10s   [%s.%s] %s = %s  %s\n", "", kind, name.c_str(), k.name.c_str(),
+                k.default_value.empty() ? "(required)" : k.default_value.c_str(),
+                k.description.c_str());
+  }
+}
+
+}  // namespace
+
 Status RunPlugins(const std::string& config_path) {
   ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
   ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
@@ -162,12 +174,19 @@ Status RunPlugins(const std::string& config_path) {
   for (const ComponentInfo* c : registry->List()) {
     std::printf("%-10s %-16s %-10s %-24s %s\n", KindName(c->kind), c->name.c_str(),
                 c->plugin_version.c_str(), c->origin.c_str(), c->description.c_str());
-    for (const ConfigKeySpec& k : c->config_keys) {
-      std::printf("%-10s   [%s.%s] %s = %s  %s\n", "", KindName(c->kind), c->name.c_str(),
-                  k.name.c_str(), k.default_value.empty() ? "(required)" : k.default_value.c_str(),
-                  k.description.c_str());
-    }
+    PrintKeys(KindName(c->kind), c->name, c->config_keys);
   }
+  // `auto` lives in the framework (it runs the other encodings), not in a plugin.
+  std::printf("%-10s %-16s %-10s %-24s %s\n", "encoding", "auto", "-", "framework",
+              "per record, the smallest (or fastest within a budget) of its candidates");
+  std::vector<ConfigKeySpec> auto_keys;
+  const std::string prefix = "encoding.auto.";
+  for (ConfigKeySpec k : FrameworkConfigSpecs()) {
+    if (k.name.rfind(prefix, 0) != 0) continue;
+    k.name = k.name.substr(prefix.size());
+    auto_keys.push_back(std::move(k));
+  }
+  PrintKeys("encoding", "auto", auto_keys);
   return Status::OK();
 }
 

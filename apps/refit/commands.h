@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "refit/status.h"
 
@@ -13,7 +15,7 @@ struct DemoOptions {
   uint64_t params = 100'000'000;
   int syncs = 5;  // versions published, the first one full
   double lr = 1e-6;
-  std::string encoding = "indices";
+  std::string encoding = "auto";
   std::string dir;  // work dir; empty: a fresh temp dir, removed afterwards
   uint64_t seed = 1;
 };
@@ -43,6 +45,21 @@ struct RecvOptions {
   bool quiet = false;
 };
 Status RunRecv(const RecvOptions& options);
+
+struct BenchCodecOptions {
+  std::vector<double> densities;  // sweep buffers of `bytes` bf16 at these change densities
+  uint64_t bytes = 1ull << 30;
+  std::vector<double> lrs;  // synthetic model steps at these learning rates
+  uint64_t synthetic_params = 100'000'000;
+  std::vector<std::pair<std::string, std::string>> pairs;  // real checkpoint pairs
+  std::vector<std::string> encodings;                      // empty: every registered one plus auto
+  std::vector<unsigned> threads;                           // empty: 1 and 2
+  std::string json_path;                                   // "-": stdout
+  std::string config_path;
+  uint64_t seed = 1;
+  int reps = 2;  // encode and apply timings: best of this many runs
+};
+Status RunBenchCodec(const BenchCodecOptions& options);
 
 // "100M", "1.5G", "350k", "123" -> count.
 Result<uint64_t> ParseCount(const std::string& text);

@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "commands.h"
+#include "plan.h"
+#include "refit/config.h"
 
 namespace {
 
@@ -38,7 +41,7 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--dir", demo.dir, "work directory to keep (default: a temp dir, removed)");
   demo_cmd->add_option("--seed", demo.seed, "random seed")->capture_default_str();
 
-  std::string base, next, out, delta, encoding = "indices", config_path;
+  std::string base, next, out, delta, encoding = "auto", config_path;
   auto* diff_cmd = app.add_subcommand("diff", "Write the delta from BASE to NEW (safetensors)");
   diff_cmd->add_option("BASE", base, "base checkpoint")->required();
   diff_cmd->add_option("NEW", next, "new checkpoint")->required();
@@ -80,6 +83,42 @@ int main(int argc, char** argv) {
   recv_cmd->add_option("--timeout", recv.timeout_s, "with --follow: give up after SECONDS");
   recv_cmd->add_flag("--quiet", recv.quiet, "print nothing on success");
 
+  std::string plan_config;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "Recommend PP-level/TP-level sharded diff per path from a bandwidth model");
+  plan_cmd->add_option("--config", plan_config, "topology TOML (e.g. configs/plan-seed.toml)")
+      ->required();
+
+  refit::cli::BenchCodecOptions bench;
+  std::string bench_bytes = "1GiB";
+  std::vector<std::string> bench_pairs;
+  bool bench_sweep = false, bench_synthetic = false;
+  std::string bench_params = "100M";
+  auto* bench_cmd = app.add_subcommand("bench", "Measure encodings and the machine");
+  bench_cmd->require_subcommand(1);
+  auto* codec_cmd = bench_cmd->add_subcommand(
+      "codec", "Payload vs the order-0 bound and published formats; encode/apply throughput");
+  codec_cmd->add_option("--density", bench.densities,
+                        "sweep buffers at these densities (repeatable; --sweep: 0.001 0.01 0.03 0.1)");
+  codec_cmd->add_flag("--sweep", bench_sweep, "sweep densities 0.1%, 1%, 3%, 10%");
+  codec_cmd->add_option("--bytes", bench_bytes, "size of each sweep buffer (bf16)")
+      ->capture_default_str();
+  codec_cmd->add_option("--lr", bench.lrs, "synthetic model steps at these learning rates");
+  codec_cmd->add_flag("--synthetic", bench_synthetic, "synthetic model at lr 1e-6 and 1e-5");
+  codec_cmd->add_option("--params", bench_params, "synthetic model size")->capture_default_str();
+  codec_cmd->add_option("--pair", bench_pairs, "A.safetensors B.safetensors (repeatable)")
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  codec_cmd->add_option("--encoding", bench.encodings,
+                        "encodings to measure (repeatable; default: every registered one + auto)");
+  codec_cmd->add_option("--threads", bench.threads, "thread counts (repeatable; default 1 2)");
+  codec_cmd->add_option("--json", bench.json_path, "write the results as JSON (- for stdout)");
+  codec_cmd->add_option("--config", bench.config_path, "TOML config (plugins, encoding settings)");
+  codec_cmd->add_option("--seed", bench.seed, "random seed")->capture_default_str();
+  codec_cmd->add_option("--reps", bench.reps, "timings: best of this many runs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -106,5 +145,24 @@ int main(int argc, char** argv) {
   if (*plugins_cmd) return Report(RunPlugins(config_path));
   if (*send_cmd) return Report(RunSend(send));
   if (*recv_cmd) return Report(RunRecv(recv));
+  if (*plan_cmd) return Report(RunPlan(plan_config));
+  if (*codec_cmd) {
+    auto bytes = refit::ParseSize(bench_bytes);
+    if (!bytes.ok()) return Report(bytes.status());
+    bench.bytes = bytes.value();
+    auto params = ParseCount(bench_params);
+    if (!params.ok()) return Report(params.status());
+    bench.synthetic_params = params.value();
+    if (bench_sweep) {
+      for (double d : {0.001, 0.01, 0.03, 0.1}) bench.densities.push_back(d);
+    }
+    if (bench_synthetic) {
+      for (double lr : {1e-6, 1e-5}) bench.lrs.push_back(lr);
+    }
+    for (size_t i = 0; i + 1 < bench_pairs.size(); i += 2) {
+      bench.pairs.emplace_back(bench_pairs[i], bench_pairs[i + 1]);
+    }
+    return Report(RunBenchCodec(bench));
+  }
   return 2;
 }

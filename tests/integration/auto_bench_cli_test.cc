@@ -1,0 +1,79 @@
+// The default `auto` encoding through the real CLI, and a quick `refit bench codec` run.
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+
+namespace refit::testing {
+namespace {
+
+TEST(AutoCli, DefaultDiffIsAutoAndAppliesByteForByte) {
+  TempDir dir;
+  for (double density : {0.0, 1e-3, 0.05, 1.0}) {
+    Checkpoint a = Checkpoint::Make(4);
+    Checkpoint b = a;
+    b.Mutate(density, 9);
+    ASSERT_TRUE(a.Write(dir / "a.safetensors"));
+    ASSERT_TRUE(b.Write(dir / "b.safetensors"));
+    auto diff = RunRefit(
+        {"diff", dir / "a.safetensors", dir / "b.safetensors", "-o", dir / "d.refit"}, dir.path());
+    ASSERT_EQ(diff.exit_code, 0) << diff.err;
+    auto inspect = RunRefit({"inspect", dir / "d.refit", "--records"}, dir.path());
+    ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+    EXPECT_EQ(inspect.out.find("auto"), std::string::npos) << "records name the real encoding";
+    auto apply = RunRefit(
+        {"apply", dir / "a.safetensors", dir / "d.refit", "-o", dir / "c.safetensors"}, dir.path());
+    ASSERT_EQ(apply.exit_code, 0) << apply.err;
+    EXPECT_TRUE(SameTensors(dir / "b.safetensors", dir / "c.safetensors")) << density;
+  }
+}
+
+TEST(AutoCli, PluginsListsAutoAndItsKeys) {
+  TempDir dir;
+  auto r = RunRefit({"plugins"}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("auto"), std::string::npos);
+  EXPECT_NE(r.out.find("[encoding.auto] candidates"), std::string::npos) << r.out;
+}
+
+TEST(AutoCli, UnknownCandidateInConfigFailsCleanly) {
+  TempDir dir;
+  WriteAll(dir / "c.toml", "[encoding.auto]\ncandidates = [\"nope\"]\n");
+  Checkpoint a = Checkpoint::Make(5);
+  ASSERT_TRUE(a.Write(dir / "a.safetensors"));
+  auto r = RunRefit({"diff", dir / "a.safetensors", dir / "a.safetensors", "-o", dir / "d.refit",
+                     "--config", dir / "c.toml"},
+                    dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("encoding.auto.candidates"), std::string::npos) << r.err;
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+}
+
+TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
+  TempDir dir;
+  Checkpoint a = Checkpoint::Make(6);
+  Checkpoint b = a;
+  b.Mutate(0.02, 3);
+  ASSERT_TRUE(a.Write(dir / "a.safetensors"));
+  ASSERT_TRUE(b.Write(dir / "b.safetensors"));
+  auto r = RunRefit(
+      {"bench", "codec", "--density", "0.01", "--bytes", "256KiB", "--pair", dir / "a.safetensors",
+       dir / "b.safetensors", "--threads", "1", "--threads", "2", "--json", dir / "r.json"},
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* word : {"ref nemo xor", "ref slime xor", "ref slime deltas_zstd", "indices",
+                           "dense", "auto", "compare-scan", "order-0 bound"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << "\n" << r.out;
+  }
+  std::string json = ReadAll(dir / "r.json");
+  EXPECT_NE(json.find("\"payload_over_bound\""), std::string::npos);
+  EXPECT_NE(json.find("\"encoding\": \"auto\""), std::string::npos);
+  EXPECT_NE(json.find("a.safetensors -> b.safetensors"), std::string::npos);
+
+  auto bad =
+      RunRefit({"bench", "codec", "--pair", dir / "a.safetensors", dir / "missing"}, dir.path());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(LineCount(bad.err), 1) << bad.err;
+}
+
+}  // namespace
+}  // namespace refit::testing
