@@ -6,28 +6,30 @@
 
 namespace refit {
 
-Result<std::vector<uint8_t>> EncodeDelta(const std::vector<TensorView>& base,
-                                         const std::vector<TensorView>& next,
-                                         const DeltaOptions& options, const Registry& registry,
-                                         const Config* config, DeltaEncodeStats* stats) {
+namespace internal {
+
+Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& base,
+                                              const std::vector<TensorView>& next,
+                                              const DeltaOptions& options, Metadata metadata,
+                                              const Registry& registry, const Config* config,
+                                              DeltaEncodeStats* stats) {
   std::map<std::string, const TensorView*> base_by_name;
   for (const TensorView& t : base) base_by_name[t.name] = &t;
-  internal::EncodingCache encodings(registry, config);
+  EncodingCache encodings(registry, config);
   std::vector<uint8_t> out;
-  internal::Stopwatch clock;
-  internal::DeltaWriter writer(
-      encodings, options.encoding, options.chunk_bytes, UINT64_MAX,
-      Metadata{{"refit.format", kPayloadFormat}},
+  Stopwatch clock;
+  DeltaWriter writer(
+      encodings, options.encoding, options.chunk_bytes, UINT64_MAX, metadata,
       [&](std::vector<uint8_t>&& payload, uint64_t) {
         out = std::move(payload);
         return Status::OK();
       },
-      options.threads == 0 ? internal::DeltaWriter::ResolveThreads(0) : options.threads);
+      options.threads == 0 ? DeltaWriter::ResolveThreads(0) : options.threads);
   for (const TensorView& t : next) {
     auto it = base_by_name.find(t.name);
     const bool same =
         it != base_by_name.end() && it->second->dtype == t.dtype && it->second->shape == t.shape;
-    internal::SliceSource src;
+    SliceSource src;
     src.tensor = t.name;
     src.dtype = t.dtype;
     src.canonical_shape = t.shape;
@@ -40,7 +42,8 @@ Result<std::vector<uint8_t>> EncodeDelta(const std::vector<TensorView>& base,
   }
   RETURN_NOT_OK(writer.Finish());
   if (out.empty()) {
-    PayloadBuilder empty(Metadata{{"refit.format", kPayloadFormat}});
+    // No change at all: still a valid payload with no records.
+    PayloadBuilder empty(std::move(metadata));
     ASSIGN_OR_RAISE(out, empty.Finish());
   }
   if (stats != nullptr) {
@@ -52,6 +55,16 @@ Result<std::vector<uint8_t>> EncodeDelta(const std::vector<TensorView>& base,
     stats->seconds = clock.Seconds();
   }
   return out;
+}
+
+}  // namespace internal
+
+Result<std::vector<uint8_t>> EncodeDelta(const std::vector<TensorView>& base,
+                                         const std::vector<TensorView>& next,
+                                         const DeltaOptions& options, const Registry& registry,
+                                         const Config* config, DeltaEncodeStats* stats) {
+  return internal::EncodeTensorSets(base, next, options, Metadata{{"refit.format", kPayloadFormat}},
+                                    registry, config, stats);
 }
 
 Result<ApplyStats> ApplyDelta(const std::vector<uint8_t>& payload,

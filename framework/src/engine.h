@@ -14,6 +14,7 @@
 
 #include "refit/box.h"
 #include "refit/config.h"
+#include "refit/delta.h"
 #include "refit/pipeline.h"
 #include "refit/registry.h"
 #include "refit/safetensors.h"
@@ -206,5 +207,13 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 Status FsyncPath(const std::string& path);
 
 std::vector<TensorSpec> SpecsOf(const std::vector<TensorView>& tensors);
+
+// One payload taking `base` to `next` (whole tensors matched by name; new, retyped or reshaped
+// tensors go dense) with the given payload metadata: EncodeDelta and `refit diff` share it.
+Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& base,
+                                              const std::vector<TensorView>& next,
+                                              const DeltaOptions& options, Metadata metadata,
+                                              const Registry& registry, const Config* config,
+                                              DeltaEncodeStats* stats);
 
 }  // namespace refit::internal

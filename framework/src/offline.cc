@@ -93,49 +93,25 @@ Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new
   }
   ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> base, SafetensorsFile::Open(base_path));
   ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> next, SafetensorsFile::Open(new_path));
-  internal::EncodingCache encodings(registry, config);
-
   Metadata md = {{"refit.format", kDeltaFormat},
                  {"refit.base_digest", HexDigest(ModelDigest(base->tensors()))},
                  {"refit.new_digest", HexDigest(ModelDigest(next->tensors()))},
                  {"refit.tensors", SerializeTensorSpecs(internal::SpecsOf(next->tensors()))}};
-  std::vector<uint8_t> delta;
-  uint64_t records = 0;
-  internal::DeltaWriter writer(encodings, encoding, 16ull << 20, UINT64_MAX, md,
-                               [&](std::vector<uint8_t>&& payload, uint64_t n) {
-                                 delta = std::move(payload);
-                                 records = n;
-                                 return Status::OK();
-                               });
-  for (const TensorView& t : next->tensors()) {
-    const TensorView* old = base->Find(t.name);
-    bool same = old != nullptr && old->dtype == t.dtype && old->shape == t.shape;
-    internal::SliceSource src;
-    src.tensor = t.name;
-    src.dtype = t.dtype;
-    src.canonical_shape = t.shape;
-    src.canonical_offset.assign(t.shape.size(), 0);
-    src.local_shape = t.shape;
-    src.local_box = Box{Shape(t.shape.size(), 0), t.shape};
-    src.new_bits = t.bytes();
-    src.old_bits = same ? old->bytes() : nullptr;
-    RETURN_NOT_OK(writer.Add(src));
-  }
-  RETURN_NOT_OK(writer.Finish());
-  if (delta.empty()) {
-    // No change at all: still a valid delta with no records.
-    PayloadBuilder empty(md);
-    ASSIGN_OR_RAISE(delta, empty.Finish());
-  }
+  DeltaOptions options;
+  options.encoding = encoding;
+  DeltaEncodeStats encoded;
+  ASSIGN_OR_RAISE(std::vector<uint8_t> delta,
+                  internal::EncodeTensorSets(base->tensors(), next->tensors(), options, md,
+                                             registry, config, &encoded));
   RETURN_NOT_OK(internal::WriteFileAtomic(
       out_path, std::string_view(reinterpret_cast<const char*>(delta.data()), delta.size())));
   DiffStats stats;
   stats.tensors = next->tensors().size();
-  stats.total_elements = writer.total_elements;
-  stats.changed_elements = writer.changed_elements;
-  stats.model_bytes = writer.model_bytes;
+  stats.total_elements = encoded.total_elements;
+  stats.changed_elements = encoded.changed_elements;
+  stats.model_bytes = encoded.model_bytes;
   stats.delta_bytes = delta.size();
-  stats.records = records;
+  stats.records = encoded.records;
   return stats;
 }
 
