@@ -22,6 +22,9 @@
 
 namespace refit::internal {
 
+// Bound on control objects read from a transport (manifests, commit markers, acks).
+constexpr uint64_t kMaxControlBytes = 64ull << 20;
+
 class Stopwatch {
  public:
   Stopwatch() : start_(std::chrono::steady_clock::now()) {}

@@ -17,10 +17,6 @@ namespace refit {
 using internal::Stopwatch;
 using json = nlohmann::json;
 
-namespace {
-constexpr uint64_t kMaxControlBytes = 64ull << 20;
-}
-
 struct Receiver::Impl {
   Config config;
   std::shared_ptr<Registry> registry;
@@ -61,20 +57,23 @@ struct Receiver::Impl {
   }
 
   Result<std::optional<Commit>> ReadCommit(uint64_t v) {
-    auto bytes = transport->GetAll(CommitKey(v), kMaxControlBytes);
+    auto bytes = transport->GetAll(CommitKey(v), internal::kMaxControlBytes);
     if (!bytes.ok()) {
       if (bytes.status().code() == StatusCode::kNotFound) return std::optional<Commit>();
       return bytes.status();
     }
-    ASSIGN_OR_RAISE(Commit c, ParseCommit(bytes.value().data(), bytes.value().size(), CommitKey(v)));
-    if (c.version != v) return Status::Corrupt(CommitKey(v) + ": names version " + std::to_string(c.version));
+    ASSIGN_OR_RAISE(Commit c,
+                    ParseCommit(bytes.value().data(), bytes.value().size(), CommitKey(v)));
+    if (c.version != v)
+      return Status::Corrupt(CommitKey(v) + ": names version " + std::to_string(c.version));
     return std::optional<Commit>(c);
   }
 
   Result<std::vector<Manifest>> ReadManifests(const Commit& c) {
     std::vector<Manifest> out;
     for (const PayloadRef& ref : c.manifests) {
-      ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, transport->GetAll(ref.key, kMaxControlBytes));
+      ASSIGN_OR_RAISE(std::vector<uint8_t> bytes,
+                      transport->GetAll(ref.key, internal::kMaxControlBytes));
       if (kernels::Digest64(bytes.data(), bytes.size()) != ref.xxh3) {
         return Status::Corrupt(ref.key + ": checksum differs from the commit marker's");
       }
@@ -96,9 +95,9 @@ struct Receiver::Impl {
     for (const Manifest& m : manifests) {
       for (const PayloadRef& p : m.payloads) {
         if (p.bytes > apply_bytes) {
-          return Status::Invalid(p.key + ": payload of " + std::to_string(p.bytes) +
-                                 " bytes exceeds receiver.apply_bytes = " +
-                                 std::to_string(apply_bytes));
+          return Status::Invalid(
+              p.key + ": payload of " + std::to_string(p.bytes) +
+              " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
         }
         Stopwatch fetch;
         payload_buffer.resize(p.bytes);
@@ -109,8 +108,8 @@ struct Receiver::Impl {
         stats->fetch_seconds += fetch.Seconds();
         Stopwatch apply;
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(payload_buffer.data(), p.bytes, p.key));
-        RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve,
-                                             apply_bytes, scratch, stats));
+        RETURN_NOT_OK(
+            internal::ApplyPayload(payload, *encodings, resolve, apply_bytes, scratch, stats));
         stats->apply_seconds += apply.Seconds();
         stats->payloads++;
         stats->payload_bytes += p.bytes;

@@ -21,8 +21,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr uint64_t kMaxControlBytes = 64ull << 20;  // manifests, commits, acks
-
 Status MakeDirs(const std::string& path) {
   std::string partial;
   size_t pos = 0;
@@ -95,7 +93,8 @@ struct Sender::Impl {
     json j = json::parse(text.value(), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j["baseline_version"].is_number_unsigned() ||
         !j["published_version"].is_number_unsigned()) {
-      return Status::Corrupt(StatePath() + ": unreadable sender state (remove the state_dir to "
+      return Status::Corrupt(StatePath() +
+                             ": unreadable sender state (remove the state_dir to "
                              "start over with a full sync)");
     }
     baseline_version = j["baseline_version"].get<uint64_t>();
@@ -166,8 +165,9 @@ struct Sender::Impl {
       ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
     } else {
       if (baseline == nullptr) return Status::Internal("delta published without a baseline");
-      ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
-                      transport->GetAll(ManifestKey(published_version, rank), kMaxControlBytes));
+      ASSIGN_OR_RAISE(
+          std::vector<uint8_t> mbytes,
+          transport->GetAll(ManifestKey(published_version, rank), internal::kMaxControlBytes));
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                 ManifestKey(published_version, rank)));
       // Canonical record boxes back to local boxes through the same slice maps that made them.
@@ -177,7 +177,8 @@ struct Sender::Impl {
       ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
       std::multimap<std::string, const LocalSlice*> by_canonical;
       for (const LocalSlice& s : slices) by_canonical.emplace(s.map.canonical_name, &s);
-      internal::TensorResolver resolve = [&](const RecordHeader& r) -> Result<internal::ApplyTarget> {
+      internal::TensorResolver resolve =
+          [&](const RecordHeader& r) -> Result<internal::ApplyTarget> {
         auto range = by_canonical.equal_range(r.tensor);
         for (auto it = range.first; it != range.second; ++it) {
           const refit_slice_map_t& sm = it->second->map.map;
@@ -201,8 +202,8 @@ struct Sender::Impl {
           return Status::Corrupt(p.key + ": payload changed after publishing");
         }
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
-        RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch,
-                                             nullptr));
+        RETURN_NOT_OK(
+            internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch, nullptr));
       }
       RETURN_NOT_OK(baseline->Sync());
     }
@@ -221,8 +222,8 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   m.rank = rank;
   m.world = world;
   if (world < 1 || rank < 0 || rank >= world) {
-    return Status::Invalid("rank " + std::to_string(rank) + " is not in [0, world=" +
-                           std::to_string(world) + ")");
+    return Status::Invalid("rank " + std::to_string(rank) +
+                           " is not in [0, world=" + std::to_string(world) + ")");
   }
   ASSIGN_OR_RAISE(m.registry, MakeRegistry(&m.config));
   RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
@@ -262,7 +263,8 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   bool need_full = false;
   while (true) {
     for (auto it = pending.begin(); it != pending.end();) {
-      it = m.AnswerPresent(*it, m.published_version, &need_full) ? pending.erase(it) : std::next(it);
+      it =
+          m.AnswerPresent(*it, m.published_version, &need_full) ? pending.erase(it) : std::next(it);
     }
     if (pending.empty()) break;
     if (clock.Seconds() > timeout_seconds) {
@@ -277,7 +279,7 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   m.acks.clear();
   for (const std::string& r : m.receivers) {
-    auto bytes = m.transport->GetAll(AckKey(r, m.published_version), kMaxControlBytes);
+    auto bytes = m.transport->GetAll(AckKey(r, m.published_version), internal::kMaxControlBytes);
     if (!bytes.ok()) continue;  // answered with need-full instead
     auto ack = ParseAck(bytes.value().data(), bytes.value().size(), AckKey(r, m.published_version));
     if (ack.ok()) m.acks.push_back(ack.value());
@@ -375,11 +377,13 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   for (const PayloadRef& r : refs) manifest.payload_bytes += r.bytes;
   std::string mtext = SerializeManifest(manifest);
   const std::string mkey = ManifestKey(version, m.rank);
-  RETURN_NOT_OK(m.transport->Put(mkey, reinterpret_cast<const uint8_t*>(mtext.data()),
-                                 mtext.size()));
+  RETURN_NOT_OK(
+      m.transport->Put(mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
 
   // Keep what we published so the baseline can advance to it once acknowledged.
-  if (full) RETURN_NOT_OK(WriteSafetensors(m.PendingPath(), weights, {{"refit.version", std::to_string(version)}}));
+  if (full)
+    RETURN_NOT_OK(
+        WriteSafetensors(m.PendingPath(), weights, {{"refit.version", std::to_string(version)}}));
 
   if (m.rank == 0) {
     // The commit marker is written last, once every rank's manifest exists.
@@ -393,7 +397,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
       const std::string key = ManifestKey(version, r);
       std::vector<uint8_t> bytes;
       while (true) {
-        auto got = m.transport->GetAll(key, kMaxControlBytes);
+        auto got = m.transport->GetAll(key, internal::kMaxControlBytes);
         if (got.ok()) {
           bytes = std::move(got).value();
           break;
@@ -405,7 +409,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(m.poll_ms));
       }
-      commit.manifests.push_back({key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
+      commit.manifests.push_back(
+          {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
     }
     std::string ctext = SerializeCommit(commit);
     RETURN_NOT_OK(m.transport->Put(CommitKey(version),
