@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "refit/sdk/plugin.hpp"
 #include "refit/status.h"
 
 namespace refit::codec {
@@ -20,6 +21,14 @@ const char* CodecName(Codec codec);
 
 // The codec of a config string; an error names the accepted values.
 Result<Codec> ParseCodec(const std::string& name);
+
+// The `codec` and `level` keys of a compressing encoding's config section, validated
+// (defaults: zstd, level 1).
+struct CodecSetting {
+  Codec codec = Codec::kZstd;
+  int level = 1;
+};
+Result<CodecSetting> CodecFromConfig(const refit::sdk::ConfigView& cfg);
 
 // The codec of a payload header byte; false if unknown.
 bool CodecFromByte(uint8_t byte, Codec* codec);

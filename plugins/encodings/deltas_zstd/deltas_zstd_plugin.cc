@@ -40,16 +40,13 @@ class DeltasZstdEncoding {
   DeltasZstdEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 
   static Result<std::unique_ptr<DeltasZstdEncoding>> Create(const refit::sdk::ConfigView& cfg) {
-    ASSIGN_OR_RAISE(std::string codec_name, cfg.GetString("codec", "zstd"));
-    ASSIGN_OR_RAISE(Codec codec, refit::codec::ParseCodec(codec_name));
-    if (codec == Codec::kNone) {
+    ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
+    if (setting.codec == Codec::kNone) {
       return Status::Invalid(
           "config key 'codec' of deltas_zstd must be \"zstd\" or \"lz4\" "
           "(uncompressed is the `deltas` encoding)");
     }
-    ASSIGN_OR_RAISE(int64_t level, cfg.GetInt("level", 1));
-    RETURN_NOT_OK(refit::codec::CheckLevel(codec, level, "level"));
-    return std::make_unique<DeltasZstdEncoding>(codec, static_cast<int>(level));
+    return std::make_unique<DeltasZstdEncoding>(setting.codec, setting.level);
   }
 
   static bool IsFullSync(const refit_encode_input_t& in) {

@@ -50,11 +50,8 @@ class XorEncoding {
   XorEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 
   static Result<std::unique_ptr<XorEncoding>> Create(const refit::sdk::ConfigView& cfg) {
-    ASSIGN_OR_RAISE(std::string codec_name, cfg.GetString("codec", "zstd"));
-    ASSIGN_OR_RAISE(Codec codec, refit::codec::ParseCodec(codec_name));
-    ASSIGN_OR_RAISE(int64_t level, cfg.GetInt("level", 1));
-    RETURN_NOT_OK(refit::codec::CheckLevel(codec, level, "level"));
-    return std::make_unique<XorEncoding>(codec, static_cast<int>(level));
+    ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
+    return std::make_unique<XorEncoding>(setting.codec, setting.level);
   }
 
   // XOR needs the receiver's old bits: a full sync is for `dense`.
