@@ -45,23 +45,15 @@ class BitmaskEncoding {
     return std::make_unique<BitmaskEncoding>();
   }
 
-  static bool IsFullSync(const refit_encode_input_t& in) {
-    return in.old_bits == nullptr && in.n_elems > 0;
-  }
-
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
-    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
     uint64_t total = 0;
     return PayloadBytes(in.n_elems, in.n_changed, in.elem_size, &total) ? total : 0;
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
     RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
-    if (IsFullSync(in)) {
-      return Status::Unsupported(
-          "bitmask encodes changes only: a full sync (no old bits) needs an encoding with the "
-          "full-sync capability, e.g. dense");
-    }
+    if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("bitmask");
     uint64_t total = 0;
     if (!PayloadBytes(in.n_elems, in.n_changed, in.elem_size, &total)) {
       return Status::Invalid(std::to_string(in.n_changed) + " changes overflow the payload size");

@@ -700,15 +700,11 @@ Result<const DTypeSpec*> CheckedSpec(int32_t dtype, uint32_t elem_size, const ch
   return spec;
 }
 
-// No old bits: nothing to step from. (An empty run is an empty delta either way, and its vectors
-// may hand over null pointers.)
-bool IsFullSync(const refit_encode_input_t& in) { return in.old_bits == nullptr && in.n_elems > 0; }
-
 }  // namespace
 
 uint64_t MaxEncodedSize(const refit_encode_input_t& in) {
   Result<uint64_t> bytes = sdk::CheckEncodeInput(in);
-  if (!bytes.ok() || IsFullSync(in) || in.n_elems >= kMaxElements) return 0;
+  if (!bytes.ok() || sdk::IsFullSync(in) || in.n_elems >= kMaxElements) return 0;
   if (!CheckedSpec(in.dtype, in.elem_size, "encode input").ok()) return 0;
   // Never more than the literal form (the coded form is abandoned when it would be larger).
   uint64_t total = 0;
@@ -718,11 +714,7 @@ uint64_t MaxEncodedSize(const refit_encode_input_t& in) {
 
 Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) {
   ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckEncodeInput(in));
-  if (IsFullSync(in)) {
-    return Status::Unsupported(
-        "ctx codes steps from the receiver's old bits: a full sync (no old bits) needs an "
-        "encoding with the full-sync capability, e.g. dense");
-  }
+  if (sdk::IsFullSync(in)) return sdk::RefuseFullSync("ctx");
   ASSIGN_OR_RAISE(const DTypeSpec* spec, CheckedSpec(in.dtype, in.elem_size, "encode input"));
   if (in.n_elems >= kMaxElements) {
     return Status::Invalid("ctx encodes runs of fewer than 2^62 elements, got " +

@@ -20,24 +20,15 @@ class DeltasEncoding {
     return std::make_unique<DeltasEncoding>();
   }
 
-  // No old bits: a full sync needs an encoding with the full-sync capability (dense).
-  static bool IsFullSync(const refit_encode_input_t& in) {
-    return in.old_bits == nullptr && in.n_elems > 0;
-  }
-
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
-    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
     Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
     return plan.ok() ? plan->total_bytes : 0;
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
     RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
-    if (IsFullSync(in)) {
-      return Status::Unsupported(
-          "deltas encodes changes only: a full sync (no old bits) needs an encoding with the "
-          "full-sync capability, e.g. dense");
-    }
+    if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("deltas");
     RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas"));
     ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (plan.total_bytes > cap) return refit::sdk::OutputTooSmall(plan.total_bytes, cap);

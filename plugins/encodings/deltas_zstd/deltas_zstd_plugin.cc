@@ -49,12 +49,8 @@ class DeltasZstdEncoding {
     return std::make_unique<DeltasZstdEncoding>(setting.codec, setting.level);
   }
 
-  static bool IsFullSync(const refit_encode_input_t& in) {
-    return in.old_bits == nullptr && in.n_elems > 0;
-  }
-
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
-    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
     Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
     if (!plan.ok()) return 0;
     const uint64_t bound = refit::codec::CompressBound(codec_, plan->total_bytes);
@@ -65,11 +61,7 @@ class DeltasZstdEncoding {
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
     RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
-    if (IsFullSync(in)) {
-      return Status::Unsupported(
-          "deltas_zstd encodes changes only: a full sync (no old bits) needs an encoding with "
-          "the full-sync capability, e.g. dense");
-    }
+    if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("deltas_zstd");
     RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas_zstd"));
     ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);

@@ -103,18 +103,12 @@ class IndicesEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
 
-  // No old bits: every element would be sent with an index. (An empty run is the same either way,
-  // and its vectors may well hand over null pointers.)
-  static bool IsFullSync(const refit_encode_input_t& in) {
-    return in.old_bits == nullptr && in.n_elems > 0;
-  }
-
   static Result<std::unique_ptr<IndicesEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
     return std::make_unique<IndicesEncoding>();
   }
 
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
-    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
     uint64_t total = 0;
     if (!PayloadBytes(in.n_changed, IndexWidthFor(in.n_elems), in.elem_size, &total)) return 0;
     return total;
@@ -122,11 +116,7 @@ class IndicesEncoding {
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
     RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
-    if (IsFullSync(in)) {
-      return Status::Unsupported(
-          "indices encodes changes only: a full sync (no old bits) needs an encoding with the "
-          "full-sync capability, e.g. dense");
-    }
+    if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("indices");
     const uint32_t width = IndexWidthFor(in.n_elems);
     uint64_t total = 0;
     if (!PayloadBytes(in.n_changed, width, in.elem_size, &total)) {

@@ -55,12 +55,8 @@ class XorEncoding {
   }
 
   // XOR needs the receiver's old bits: a full sync is for `dense`.
-  static bool IsFullSync(const refit_encode_input_t& in) {
-    return in.old_bits == nullptr && in.n_elems > 0;
-  }
-
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
-    if (!refit::sdk::CheckEncodeInput(in).ok() || IsFullSync(in)) return 0;
+    if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
     Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
     if (!plan.ok()) return 0;
     // The body is the stream without its header (same gaps, same value bytes).
@@ -73,11 +69,7 @@ class XorEncoding {
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
     RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
-    if (IsFullSync(in)) {
-      return Status::Unsupported(
-          "xor encodes changes only: a full sync (no old bits) needs an encoding with the "
-          "full-sync capability, e.g. dense");
-    }
+    if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("xor");
     RETURN_NOT_OK(refit::deltas::CheckPositions(in, "xor"));
     ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);

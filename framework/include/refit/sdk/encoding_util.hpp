@@ -70,6 +70,20 @@ inline Result<uint64_t> CheckDecodeTarget(const refit_decode_target_t& target) {
 }
 
 // The error for an output buffer encode() cannot fit into.
+// No old bits but elements to encode: a full sync, which only encodings with
+// REFIT_ENC_CAP_FULL_SYNC (dense) carry. An empty run is an empty delta either way (its vectors
+// may hand over null pointers).
+inline bool IsFullSync(const refit_encode_input_t& in) {
+  return in.old_bits == nullptr && in.n_elems > 0;
+}
+
+// What a changes-only encoding answers to a full sync.
+inline Status RefuseFullSync(const char* encoding) {
+  return Status::Unsupported(std::string(encoding) +
+                             " encodes changes only: a full sync (no old bits) needs an encoding "
+                             "with the full-sync capability, e.g. dense");
+}
+
 inline Status OutputTooSmall(uint64_t need, uint64_t cap) {
   return Status::Invalid("output buffer of " + std::to_string(cap) + " bytes is too small (need " +
                          std::to_string(need) + ")");
