@@ -16,7 +16,7 @@ bash "$root/scripts/install-deps.sh"
 
 configure_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
                 -DREFIT_WERROR=${REFIT_WERROR:-ON})
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
+if [[ ! -f "$build/CMakeCache.txt" || ! -f "$build/build.ninja" ]]; then
   cmake "${configure_args[@]}" >/dev/null
 fi
 cmake --build "$build" -j "$jobs"
