@@ -46,6 +46,17 @@ struct RecvOptions {
 };
 Status RunRecv(const RecvOptions& options);
 
+struct ShardOptions {
+  std::string input;   // the HuggingFace checkpoint
+  std::string layout;  // megatron, fsdp, vllm, ... (a layout with list_local)
+  int tp = 0, pp = 0, ep = 0;  // 0: from the config, else 1
+  int world = 0;               // layouts without a tp split (fsdp): the number of ranks
+  std::string config_path;     // [layout.<name>] model description, [plugins]
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;  // 0: from the config or the shapes
+  std::string out_dir;
+};
+Status RunShard(const ShardOptions& options);
+
 struct BenchCodecOptions {
   std::vector<double> densities;  // sweep buffers of `bytes` bf16 at these change densities
   uint64_t bytes = 1ull << 30;

@@ -89,6 +89,28 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--config", plan_config, "topology TOML (e.g. configs/plan-seed.toml)")
       ->required();
 
+  refit::cli::ShardOptions shard;
+  auto* shard_cmd = app.add_subcommand(
+      "shard", "Cut a HuggingFace checkpoint into one safetensors file per rank of a layout");
+  shard_cmd->add_option("HF", shard.input, "HuggingFace checkpoint (.safetensors)")->required();
+  shard_cmd->add_option("--layout", shard.layout, "megatron, fsdp or vllm (docs/layouts.md)")
+      ->required();
+  shard_cmd->add_option("--tp", shard.tp, "tensor-parallel size (default: config, else 1)");
+  shard_cmd->add_option("--pp", shard.pp, "pipeline-parallel size (megatron)");
+  shard_cmd->add_option("--ep", shard.ep, "expert-parallel size (megatron MoE)");
+  shard_cmd->add_option("--world", shard.world, "number of ranks (fsdp)");
+  shard_cmd->add_option("--num-heads", shard.num_heads, "attention heads, when not inferable");
+  shard_cmd->add_option("--num-kv-heads", shard.num_kv_heads, "key/value heads (default: inferred)");
+  shard_cmd->add_option("--head-dim", shard.head_dim, "rows per head (default: inferred)");
+  shard_cmd->add_option("--config", shard.config_path,
+                        "TOML with [layout.<name>] model description keys and [plugins]");
+  shard_cmd->add_option("-o,--output", shard.out_dir, "directory for the shard files")->required();
+  shard_cmd->footer(
+      "Files: tp{t}_pp{p}[_ep{e}].safetensors (rank = pp*tp*ep + ep*tp + tp), fsdp: "
+      "rank{r}.safetensors.\nThe model description (num_layers, hidden, ffn, vocab, experts, "
+      "heads) is read off the checkpoint;\nnum_heads needs --num-heads unless a q_norm gives "
+      "head_dim.");
+
   refit::cli::BenchCodecOptions bench;
   std::string bench_bytes = "1GiB";
   std::vector<std::string> bench_pairs;
@@ -146,6 +168,7 @@ int main(int argc, char** argv) {
   if (*send_cmd) return Report(RunSend(send));
   if (*recv_cmd) return Report(RunRecv(recv));
   if (*plan_cmd) return Report(RunPlan(plan_config));
+  if (*shard_cmd) return Report(RunShard(shard));
   if (*codec_cmd) {
     auto bytes = refit::ParseSize(bench_bytes);
     if (!bytes.ok()) return Report(bytes.status());

@@ -639,6 +639,7 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     };
     Result<ApplyTarget> target_r = resolve(r);
     if (!target_r.ok()) return target_r.status().WithContext(where());
+    if (target_r.value().tensor == nullptr) continue;  // another receiver shard's record
     TensorView& target = *target_r.value().tensor;
     const Box& box = target_r.value().box;
     if (target.dtype != r.dtype) {

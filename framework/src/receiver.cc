@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine.h"
+#include "layout_map.h"
 #include "refit/kernels/diff.h"
 #include "refit/pipeline.h"
 
@@ -22,6 +23,9 @@ struct Receiver::Impl {
   std::shared_ptr<Registry> registry;
   std::unique_ptr<Transport> transport;
   std::unique_ptr<internal::EncodingCache> encodings;
+  // The receiver's own sharding: records of canonical tensors land in its local shards.
+  std::unique_ptr<Layout> layout;
+  bool canonical = true;  // the identity layout: local tensors are the canonical ones
   std::string id;
   std::string state_dir;
   uint64_t apply_bytes = 0;
@@ -78,7 +82,10 @@ struct Receiver::Impl {
         return Status::Corrupt(ref.key + ": checksum differs from the commit marker's");
       }
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(bytes.data(), bytes.size(), ref.key));
-      if (m.version != c.version || m.full != c.full) {
+      // A delta version may hold full parts (a rank that re-sent its shards whole); a full
+      // version holds only full parts, and every delta part is on the commit's base.
+      if (m.version != c.version || (c.full && !m.full) ||
+          (!m.full && m.base_version != c.base_version)) {
         return Status::Corrupt(ref.key + ": manifest does not match commit " +
                                std::to_string(c.version));
       }
@@ -91,7 +98,14 @@ struct Receiver::Impl {
     std::map<std::string, TensorView*> by_name;
     std::vector<TensorView> tensors = model->tensors();
     for (TensorView& t : tensors) by_name[t.name] = &t;
-    internal::TensorResolver resolve = internal::CanonicalResolver(by_name);
+    internal::TensorResolver resolve;
+    if (canonical) {
+      resolve = internal::CanonicalResolver(by_name);
+    } else {
+      ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
+                      internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
+      resolve = internal::SliceResolver(std::move(slices), by_name, /*skip_foreign=*/true);
+    }
     for (const Manifest& m : manifests) {
       for (const PayloadRef& p : m.payloads) {
         if (p.bytes > apply_bytes) {
@@ -125,6 +139,10 @@ struct Receiver::Impl {
       for (const TensorSpec& t : m.tensors) {
         if (seen.emplace(t.name, specs.size()).second) specs.push_back(t);
       }
+    }
+    if (!canonical) {
+      // Our shards of those canonical tensors, as the layout names and shapes them.
+      ASSIGN_OR_RAISE(specs, layout->ListLocal(specs));
     }
     const std::string tmp = ModelPath() + ".incoming";
     model.reset();
@@ -225,6 +243,18 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
   ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_RECEIVER, m.id,
                                                            &m.config, "transport." + transport));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
+  ASSIGN_OR_RAISE(int64_t rank, m.config.GetInt("receiver.rank", 0));
+  ASSIGN_OR_RAISE(int64_t world, m.config.GetInt("receiver.world", 1));
+  if (world < 1 || world > 1 << 20 || rank < 0 || rank >= world) {
+    return Status::Invalid(m.config.Where("receiver.rank") + ": receiver.rank " +
+                           std::to_string(rank) + " is not in [0, receiver.world=" +
+                           std::to_string(world) + ")");
+  }
+  ASSIGN_OR_RAISE(std::string layout, m.config.GetString("layout.name", "hf"));
+  m.canonical = layout == "hf";
+  ASSIGN_OR_RAISE(m.layout, m.registry->CreateLayout(layout, static_cast<int>(rank),
+                                                     static_cast<int>(world), &m.config,
+                                                     "layout." + layout));
   if (::mkdir(m.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::IoError("mkdir " + m.state_dir + ": " + std::strerror(errno));
   }

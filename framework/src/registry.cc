@@ -141,7 +141,8 @@ constexpr uint32_t kMinPluginSize = sizeof(refit_plugin_t);
 constexpr uint32_t kMinComponentSize = sizeof(refit_component_t);
 constexpr uint32_t kMinEncodingVtableSize = sizeof(refit_encoding_vtable_t);
 constexpr uint32_t kMinTransportVtableSize = sizeof(refit_transport_vtable_t);
-constexpr uint32_t kMinLayoutVtableSize = sizeof(refit_layout_vtable_t);
+// list_local (ABI 1.1) is optional: a 1.0 layout table ends before it.
+constexpr uint32_t kMinLayoutVtableSize = offsetof(refit_layout_vtable_t, list_local);
 // Enough to read struct_size, abi_major and abi_minor.
 constexpr uint32_t kPluginHeaderSize = offsetof(refit_plugin_t, abi_minor) + sizeof(uint16_t);
 // A sanity bound: a garbage count would otherwise walk off into unmapped memory.
@@ -690,6 +691,80 @@ Result<std::vector<SliceMap>> Layout::MapTensor(const refit_local_tensor_t& loca
   if (rc != REFIT_OK) return StatusFromPlugin(rc, err, context);
   if (!ctx.error.empty()) return Status::Internal(context + ": " + ctx.error);
   return std::move(ctx.slices);
+}
+
+bool Layout::CanListLocal() const {
+  // A 1.0 vtable ends before list_local: read the field only when struct_size covers it.
+  return vtable_->struct_size >=
+             offsetof(refit_layout_vtable_t, list_local) + sizeof(vtable_->list_local) &&
+         vtable_->list_local != nullptr;
+}
+
+namespace {
+struct LocalListContext {
+  std::vector<TensorSpec> tensors;
+  std::string error;  // first contract violation of the plugin, if any
+};
+
+void CollectLocal(void* ctx, const refit_local_tensor_t* local) noexcept {
+  auto* out = static_cast<LocalListContext*>(ctx);
+  if (!out->error.empty()) return;
+  try {
+    if (local == nullptr) {
+      out->error = "emitted a null tensor";
+    } else if (local->struct_size < sizeof(refit_local_tensor_t)) {
+      out->error = "emitted a tensor with struct_size " + std::to_string(local->struct_size);
+    } else if (local->name == nullptr) {
+      out->error = "emitted a tensor without a name";
+    } else if (local->ndim > REFIT_MAX_DIMS) {
+      out->error = "emitted '" + std::string(local->name) + "' with " +
+                   std::to_string(local->ndim) + " dims";
+    } else if (FindDType(local->dtype) == nullptr) {
+      out->error = "emitted '" + std::string(local->name) + "' with unknown dtype " +
+                   std::to_string(local->dtype);
+    } else {
+      TensorSpec spec;
+      spec.name = local->name;
+      spec.dtype = static_cast<DType>(local->dtype);
+      spec.shape.assign(local->shape, local->shape + local->ndim);
+      if (!NumElements(spec.shape).ok()) {
+        out->error = "emitted '" + spec.name + "' with an overflowing shape";
+        return;
+      }
+      out->tensors.push_back(std::move(spec));
+    }
+  } catch (...) {
+    out->error = "out of memory";
+  }
+}
+}  // namespace
+
+Result<std::vector<TensorSpec>> Layout::ListLocal(const std::vector<TensorSpec>& canonical) const {
+  const std::string context = Describe(*info_) + ": list local tensors";
+  if (!CanListLocal()) {
+    return Status::Unsupported(context + ": this layout cannot enumerate a rank's tensors (no "
+                               "list_local: built for plugin ABI 1.0)");
+  }
+  std::vector<refit_local_tensor_t> views(canonical.size());
+  for (size_t i = 0; i < canonical.size(); ++i) {
+    const TensorSpec& t = canonical[i];
+    if (t.shape.size() > REFIT_MAX_DIMS) {
+      return Status::Unsupported(context + ": tensor '" + t.name + "' has more than " +
+                                 std::to_string(REFIT_MAX_DIMS) + " dims");
+    }
+    refit_local_tensor_t& v = views[i];
+    v.struct_size = sizeof(v);
+    v.dtype = static_cast<int32_t>(t.dtype);
+    v.name = t.name.c_str();
+    v.ndim = static_cast<uint32_t>(t.shape.size());
+    for (size_t d = 0; d < t.shape.size(); ++d) v.shape[d] = t.shape[d];
+  }
+  refit_error_t err{};
+  LocalListContext ctx;
+  int rc = vtable_->list_local(instance_, views.data(), views.size(), &CollectLocal, &ctx, &err);
+  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, context);
+  if (!ctx.error.empty()) return Status::Internal(context + ": " + ctx.error);
+  return std::move(ctx.tensors);
 }
 
 // ------------------------------------------------------------------ plugin search path

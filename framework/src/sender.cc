@@ -11,11 +11,13 @@
 #include <thread>
 
 #include "engine.h"
+#include "layout_map.h"
 #include "refit/kernels/diff.h"
 #include "refit/pipeline.h"
 
 namespace refit {
 
+using internal::LocalSlice;
 using internal::Stopwatch;
 using json = nlohmann::json;
 
@@ -34,12 +36,6 @@ Status MakeDirs(const std::string& path) {
   }
   return Status::OK();
 }
-
-// One local slice: what the layout says a local tensor covers.
-struct LocalSlice {
-  std::string local_name;
-  SliceMap map;
-};
 
 }  // namespace
 
@@ -60,6 +56,18 @@ struct Sender::Impl {
   double ack_timeout = 600;
   int64_t full_every = 0;
   int64_t poll_ms = 50;
+  // Mode "pp": ranks are gathered in stages of stage_ranks consecutive ranks; a stage's members
+  // publish into a node-local staging transport, and its leader (the stage's first rank) forwards
+  // their deltas with its own. Mode "tp": every rank publishes to the transport itself.
+  bool pp_mode = false;
+  int stage_ranks = 1;
+  std::unique_ptr<Transport> stage;  // pp members and leaders: the node-local staging area
+  Transport* out = nullptr;          // where this rank's payloads and manifest go
+  bool IsStageLeader() const { return !pp_mode || rank % stage_ranks == 0; }
+  std::string receiver_layout;  // empty: receivers hold canonical tensors
+  int receiver_world = 1;
+  internal::ShardCuts cuts;
+  std::optional<std::set<std::string>> cuts_for;
 
   uint64_t baseline_version = 0;
   uint64_t published_version = 0;
@@ -114,29 +122,73 @@ struct Sender::Impl {
     return Status::OK();
   }
 
+  // The slices this rank sends (a replicated slice is sent by its owner rank only).
   Result<std::vector<LocalSlice>> MapAll(const std::vector<TensorView>& tensors) {
+    ASSIGN_OR_RAISE(std::vector<LocalSlice> all,
+                    internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
     std::vector<LocalSlice> out;
-    for (const TensorView& t : tensors) {
-      refit_local_tensor_t local{};
-      local.struct_size = sizeof(local);
-      local.dtype = static_cast<int32_t>(t.dtype);
-      local.name = t.name.c_str();
-      if (t.shape.size() > REFIT_MAX_DIMS) {
-        return Status::Unsupported("tensor '" + t.name + "' has more than 8 dims");
-      }
-      local.ndim = static_cast<uint32_t>(t.shape.size());
-      for (size_t d = 0; d < t.shape.size(); ++d) local.shape[d] = t.shape[d];
-      ASSIGN_OR_RAISE(std::vector<SliceMap> maps, layout->MapTensor(local));
-      for (SliceMap& m : maps) {
-        if (m.map.ndim != t.shape.size()) {
-          return Status::Internal("layout '" + layout->name() + "' mapped '" + t.name +
-                                  "' with a different rank");
-        }
-        if (m.map.replicated && m.map.owner_rank != rank) continue;  // another rank sends it
-        out.push_back({t.name, std::move(m)});
-      }
+    for (LocalSlice& s : all) {
+      if (s.map.map.replicated && s.map.map.owner_rank != rank) continue;
+      out.push_back(std::move(s));
     }
     return out;
+  }
+
+  // Records never straddle a receiver shard: with sender.receiver_layout set, slices are cut at
+  // the receivers' shard boundaries (computed once per canonical tensor set).
+  Result<const internal::ShardCuts*> Cuts(const std::vector<LocalSlice>& slices,
+                                          const std::map<std::string, const TensorView*>& locals) {
+    if (receiver_layout.empty()) return nullptr;
+    std::vector<TensorSpec> canonical;
+    std::set<std::string> seen;
+    for (const LocalSlice& s : slices) {
+      if (!seen.insert(s.map.canonical_name).second) continue;
+      const refit_slice_map_t& sm = s.map.map;
+      canonical.push_back({s.map.canonical_name, locals.at(s.local_name)->dtype,
+                           Shape(sm.canonical_shape, sm.canonical_shape + sm.ndim)});
+    }
+    if (!cuts_for || *cuts_for != seen) {
+      ASSIGN_OR_RAISE(cuts, internal::ReceiverShardCuts(*registry, &config, receiver_layout,
+                                                        receiver_world, canonical));
+      cuts_for = seen;
+    }
+    return &cuts;
+  }
+
+  // A pp stage leader forwards its members' manifests and payloads (deltas, or their shards
+  // on a full sync) from the staging area, each verified against its manifest, to the transport.
+  Status ForwardStage(uint64_t version) {
+    Stopwatch wait;
+    for (int member = rank + 1; member < rank + stage_ranks && member < world; ++member) {
+      const std::string key = ManifestKey(version, member);
+      std::vector<uint8_t> mbytes;
+      while (true) {
+        auto got = stage->GetAll(key, internal::kMaxControlBytes);
+        if (got.ok()) {
+          mbytes = std::move(got).value();
+          break;
+        }
+        if (got.status().code() != StatusCode::kNotFound) return got.status();
+        if (wait.Seconds() > ack_timeout) {
+          return Status::Timeout("stage member rank " + std::to_string(member) +
+                                 " staged no manifest for version " + std::to_string(version));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+      }
+      ASSIGN_OR_RAISE(Manifest staged, ParseManifest(mbytes.data(), mbytes.size(), key));
+      if (staged.version != version || staged.rank != member) {
+        return Status::Corrupt(key + ": staged manifest names another version or rank");
+      }
+      for (const PayloadRef& p : staged.payloads) {
+        ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, stage->GetAll(p.key, p.bytes));
+        if (bytes.size() != p.bytes || kernels::Digest64(bytes.data(), bytes.size()) != p.xxh3) {
+          return Status::Corrupt(p.key + ": staged payload differs from its manifest");
+        }
+        RETURN_NOT_OK(transport->Put(p.key, bytes.data(), bytes.size()));
+      }
+      RETURN_NOT_OK(transport->Put(key, mbytes.data(), mbytes.size()));
+    }
+    return Status::OK();
   }
 
   // An ack answers any version; a "need full" request answers only a delta (a receiver can
@@ -167,7 +219,7 @@ struct Sender::Impl {
       if (baseline == nullptr) return Status::Internal("delta published without a baseline");
       ASSIGN_OR_RAISE(
           std::vector<uint8_t> mbytes,
-          transport->GetAll(ManifestKey(published_version, rank), internal::kMaxControlBytes));
+          out->GetAll(ManifestKey(published_version, rank), internal::kMaxControlBytes));
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                 ManifestKey(published_version, rank)));
       // Canonical record boxes back to local boxes through the same slice maps that made them.
@@ -175,29 +227,11 @@ struct Sender::Impl {
       std::map<std::string, TensorView*> by_name;
       for (TensorView& t : locals) by_name[t.name] = &t;
       ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
-      std::multimap<std::string, const LocalSlice*> by_canonical;
-      for (const LocalSlice& s : slices) by_canonical.emplace(s.map.canonical_name, &s);
       internal::TensorResolver resolve =
-          [&](const RecordHeader& r) -> Result<internal::ApplyTarget> {
-        auto range = by_canonical.equal_range(r.tensor);
-        for (auto it = range.first; it != range.second; ++it) {
-          const refit_slice_map_t& sm = it->second->map.map;
-          bool inside = true;
-          Box local;
-          for (uint32_t d = 0; d < sm.ndim && inside; ++d) {
-            inside = r.box_offset[d] >= sm.canonical_offset[d] &&
-                     r.box_offset[d] + r.box_extent[d] <= sm.canonical_offset[d] + sm.extent[d];
-            local.offset.push_back(r.box_offset[d] - sm.canonical_offset[d] + sm.local_offset[d]);
-          }
-          if (!inside || sm.ndim != r.box_offset.size()) continue;
-          local.extent = r.box_extent;
-          return internal::ApplyTarget{by_name[it->second->local_name], local};
-        }
-        return Status::NotFound("no local slice of '" + r.tensor + "' holds the record's box");
-      };
+          internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
       std::vector<uint8_t> scratch;
       for (const PayloadRef& p : m.payloads) {
-        ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, transport->GetAll(p.key, p.bytes));
+        ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, out->GetAll(p.key, p.bytes));
         if (bytes.size() != p.bytes || kernels::Digest64(bytes.data(), bytes.size()) != p.xxh3) {
           return Status::Corrupt(p.key + ": payload changed after publishing");
         }
@@ -238,10 +272,49 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   ASSIGN_OR_RAISE(m.ack_timeout, m.config.GetDouble("sender.ack_timeout_s", 600));
   ASSIGN_OR_RAISE(m.full_every, m.config.GetInt("sender.full_every", 0));
   ASSIGN_OR_RAISE(m.poll_ms, m.config.GetInt("sender.poll_interval_ms", 50));
+  ASSIGN_OR_RAISE(std::string mode, m.config.GetString("sender.mode", "tp"));
+  if (mode != "tp" && mode != "pp") {
+    return Status::Invalid(m.config.Where("sender.mode") + ": sender.mode must be \"tp\" or "
+                           "\"pp\", got \"" + mode + "\"");
+  }
+  m.pp_mode = mode == "pp";
+  ASSIGN_OR_RAISE(int64_t stage_ranks, m.config.GetInt("sender.stage_ranks", 1));
+  if (stage_ranks < 1 || stage_ranks > world) {
+    return Status::Invalid(m.config.Where("sender.stage_ranks") + ": sender.stage_ranks " +
+                           std::to_string(stage_ranks) + " is not in [1, world=" +
+                           std::to_string(world) + "]");
+  }
+  m.stage_ranks = static_cast<int>(stage_ranks);
+  ASSIGN_OR_RAISE(m.receiver_layout, m.config.GetString("sender.receiver_layout", ""));
+  ASSIGN_OR_RAISE(int64_t receiver_world, m.config.GetInt("sender.receiver_world", 1));
+  if (receiver_world < 1 || receiver_world > 1 << 20) {
+    return Status::Invalid(m.config.Where("sender.receiver_world") +
+                           ": sender.receiver_world must be in [1, 2^20]");
+  }
+  m.receiver_world = static_cast<int>(receiver_world);
+  if (!m.receiver_layout.empty() && m.registry->Find(REFIT_KIND_LAYOUT, m.receiver_layout) ==
+                                        nullptr) {
+    return Status::Invalid(m.config.Where("sender.receiver_layout") + ": unknown layout '" +
+                           m.receiver_layout + "'");
+  }
   ASSIGN_OR_RAISE(std::string transport, m.config.GetString("transport.name", "disk"));
   ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_SENDER,
                                                            "sender-r" + std::to_string(rank),
                                                            &m.config, "transport." + transport));
+  m.out = m.transport.get();
+  if (m.pp_mode && m.stage_ranks > 1) {
+    ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
+    ASSIGN_OR_RAISE(Config stage_config,
+                    Config::FromString("[transport.disk]\ndir = " + json(stage_dir).dump() +
+                                           "\nfsync = false\n",
+                                       "sender.stage_dir"));
+    ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport("disk", REFIT_ROLE_SENDER,
+                                                         "stage-r" + std::to_string(rank),
+                                                         &stage_config, "transport.disk"));
+    if (!m.IsStageLeader()) m.out = m.stage.get();
+  } else {
+    m.pp_mode = false;  // stages of one rank: every rank is its own leader
+  }
   ASSIGN_OR_RAISE(std::string layout, m.config.GetString("layout.name", "hf"));
   ASSIGN_OR_RAISE(m.layout,
                   m.registry->CreateLayout(layout, rank, world, &m.config, "layout." + layout));
@@ -328,7 +401,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   uint64_t seq = 0;
   std::vector<PayloadRef> refs;
   internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
-    return m.transport->Put(key, bytes.data(), bytes.size());
+    return m.out->Put(key, bytes.data(), bytes.size());
   });
   Metadata md = {{"refit.format", kPayloadFormat},
                  {"refit.version", std::to_string(version)},
@@ -346,6 +419,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
       },
       m.threads);
 
+  ASSIGN_OR_RAISE(const internal::ShardCuts* cuts, m.Cuts(slices, new_by_name));
   std::set<std::string> canonical_seen;
   for (const LocalSlice& s : slices) {
     const TensorView& t = *new_by_name[s.local_name];
@@ -363,7 +437,22 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     if (full && canonical_seen.insert(src.tensor).second) {
       manifest.tensors.push_back({src.tensor, src.dtype, src.canonical_shape});
     }
-    RETURN_NOT_OK(writer.Add(src));
+    auto cut = cuts != nullptr ? cuts->find(src.tensor) : internal::ShardCuts::const_iterator();
+    if (cuts == nullptr || cut == cuts->end()) {
+      RETURN_NOT_OK(writer.Add(src));
+      continue;
+    }
+    // Cut in canonical coordinates, then back to local ones (same extent).
+    Box canonical_box{src.canonical_offset, src.local_box.extent};
+    for (const Box& piece : internal::CutBox(canonical_box, cut->second)) {
+      internal::SliceSource part = src;
+      part.canonical_offset = piece.offset;
+      part.local_box.extent = piece.extent;
+      for (size_t d = 0; d < piece.offset.size(); ++d) {
+        part.local_box.offset[d] += piece.offset[d] - src.canonical_offset[d];
+      }
+      RETURN_NOT_OK(writer.Add(part));
+    }
   }
   RETURN_NOT_OK(writer.Finish());
   RETURN_NOT_OK(putter.Drain());
@@ -377,8 +466,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   for (const PayloadRef& r : refs) manifest.payload_bytes += r.bytes;
   std::string mtext = SerializeManifest(manifest);
   const std::string mkey = ManifestKey(version, m.rank);
-  RETURN_NOT_OK(
-      m.transport->Put(mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+  RETURN_NOT_OK(m.out->Put(mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+  if (m.pp_mode && m.IsStageLeader()) RETURN_NOT_OK(m.ForwardStage(version));
 
   // Keep what we published so the baseline can advance to it once acknowledged.
   if (full)
@@ -389,9 +478,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     // The commit marker is written last, once every rank's manifest exists.
     Commit commit;
     commit.version = version;
-    commit.base_version = manifest.base_version;
-    commit.full = full;
+    commit.full = true;
     commit.world = m.world;
+    std::optional<uint64_t> delta_base;
     Stopwatch wait;
     for (int r = 0; r < m.world; ++r) {
       const std::string key = ManifestKey(version, r);
@@ -409,9 +498,24 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(m.poll_ms));
       }
+      ASSIGN_OR_RAISE(Manifest rm, ParseManifest(bytes.data(), bytes.size(), key));
+      if (rm.version != version) {
+        return Status::Corrupt(key + ": names version " + std::to_string(rm.version));
+      }
+      // Ranks decide full vs delta on their own (a rank that lost its baseline goes full): the
+      // version is full only when every rank's part is, and every delta part must share a base.
+      commit.full = commit.full && rm.full;
+      if (!rm.full) {
+        if (delta_base && rm.base_version != delta_base) {
+          return Status::Internal("version " + std::to_string(version) +
+                                  ": ranks diffed against different base versions");
+        }
+        delta_base = rm.base_version;
+      }
       commit.manifests.push_back(
           {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
     }
+    commit.base_version = commit.full ? std::nullopt : delta_base;
     std::string ctext = SerializeCommit(commit);
     RETURN_NOT_OK(m.transport->Put(CommitKey(version),
                                    reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 0
+#define REFIT_ABI_MINOR 1
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -230,6 +230,8 @@ typedef struct refit_local_tensor {
   uint64_t shape[REFIT_MAX_DIMS];
 } refit_local_tensor_t;
 
+typedef void (*refit_local_cb)(void* ctx, const refit_local_tensor_t* local);
+
 typedef struct refit_layout_vtable {
   uint32_t struct_size;
   uint32_t reserved;
@@ -240,6 +242,14 @@ typedef struct refit_layout_vtable {
   /* Emits every canonical slice the local tensor covers (possibly none, e.g. padding only). */
   int (*map_tensor)(void* instance, const refit_local_tensor_t* local, refit_slice_cb cb, void* ctx,
                     refit_error_t* err);
+  /* ABI 1.1, optional: NULL, or absent when struct_size is the ABI 1.0 size. Given canonical
+   * tensors (name, dtype, shape), calls cb once per local tensor of this rank cut from them, in
+   * the order a shard file stores them, so a caller can cut or allocate shards without having
+   * any. The tensors may be a subset of the checkpoint (one sender rank's); a canonical tensor the
+   * layout does not know, a shape that contradicts its config, or a fused tensor given only in
+   * part is an error. A layout without it cannot be used by `refit shard`. */
+  int (*list_local)(void* instance, const refit_local_tensor_t* canonical, size_t n_canonical,
+                    refit_local_cb cb, void* ctx, refit_error_t* err);
 } refit_layout_vtable_t;
 
 /* ---------------------------------------------------------------- plugin table */

@@ -19,6 +19,7 @@
 #include "refit/config.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
+#include "refit/tensor.h"
 
 namespace refit {
 
@@ -108,6 +109,11 @@ class REFIT_API Layout {
 
   const std::string& name() const { return info_->name; }
   Result<std::vector<SliceMap>> MapTensor(const refit_local_tensor_t& local) const;
+  // Whether the plugin implements list_local (ABI 1.1; optional).
+  bool CanListLocal() const;
+  // The local tensors (name, dtype, shape) this rank holds when the canonical checkpoint has
+  // `canonical`, in shard-file order. Unsupported when the plugin has no list_local.
+  Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const;
 
  private:
   friend class Registry;

@@ -31,6 +31,13 @@ struct REFIT_API TensorView {
   uint8_t* bytes() const { return static_cast<uint8_t*>(data); }
 };
 
+// A tensor described without its data (manifests, Layout::ListLocal).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kU8;
+  Shape shape;
+};
+
 // A DLPack tensor as a view. Only CPU, contiguous (strides null or row-major) tensors are accepted
 // here; the view borrows the memory, the caller keeps the DLManagedTensor alive.
 REFIT_API Result<TensorView> ViewFromDLPack(const DLManagedTensor* tensor, std::string name);

@@ -89,11 +89,7 @@ class REFIT_API Payload {
 
 // ---- per-sync control objects (JSON) ----
 
-struct TensorSpec {
-  std::string name;
-  DType dtype = DType::kU8;
-  Shape shape;
-};
+// TensorSpec (name, dtype, shape) lives in refit/tensor.h.
 
 struct PayloadRef {
   std::string key;

@@ -19,9 +19,10 @@
 //                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
 //
 // Transports implement Create(cfg, role, peer_id), Put, Size, Get, List, Remove; layouts implement
-// Create(cfg, rank, world) and MapTensor (see the Concept comments below).
+// Create(cfg, rank, world), MapTensor and optionally ListLocal (see the Concept comments below).
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -270,10 +271,23 @@ struct Slice {
   refit_slice_map_t map{};
 };
 
+// A tensor by name, dtype and shape (no data): what ListLocal takes and returns.
+struct TensorSpec {
+  std::string name;
+  int32_t dtype = 0;  // refit_dtype_t
+  std::vector<uint64_t> shape;
+};
+
 // Concept: static Result<std::unique_ptr<Impl>> Create(const ConfigView&, int rank, int world);
 //          Result<std::vector<Slice>> MapTensor(const refit_local_tensor_t& local) const;
+// Optional (ABI 1.1; without it the layout cannot be used by `refit shard`):
+//          Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const;
 template <class Impl>
 struct LayoutAdapter {
+  static constexpr bool kHasListLocal = requires(const Impl& impl,
+                                                 const std::vector<TensorSpec>& canonical) {
+    { impl.ListLocal(canonical) } -> std::same_as<Result<std::vector<TensorSpec>>>;
+  };
   static int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t rank,
                     int32_t world, void** instance_p, refit_error_t* err) {
     return detail::Guard(err, [&] {
@@ -297,10 +311,49 @@ struct LayoutAdapter {
       return static_cast<int>(REFIT_OK);
     });
   }
+  static int ListLocal(void* instance, const refit_local_tensor_t* canonical, size_t n_canonical,
+                       refit_local_cb cb, void* ctx, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      std::vector<TensorSpec> specs(n_canonical);
+      for (size_t i = 0; i < n_canonical; ++i) {
+        const refit_local_tensor_t& c = canonical[i];
+        if (c.name == nullptr || c.ndim > REFIT_MAX_DIMS) {
+          return detail::Fail(err, StatusCode::kInvalidArgument,
+                              "canonical tensor " + std::to_string(i) +
+                                  " has no name or more than 8 dims");
+        }
+        specs[i].name = c.name;
+        specs[i].dtype = c.dtype;
+        specs[i].shape.assign(c.shape, c.shape + c.ndim);
+      }
+      Result<std::vector<TensorSpec>> r = static_cast<const Impl*>(instance)->ListLocal(specs);
+      if (!r.ok()) return detail::Report(err, r.status());
+      for (const TensorSpec& t : r.value()) {
+        if (t.shape.size() > REFIT_MAX_DIMS) {
+          return detail::Fail(err, StatusCode::kInternal,
+                              "local tensor '" + t.name + "' has more than 8 dims");
+        }
+        refit_local_tensor_t local{};
+        local.struct_size = sizeof(local);
+        local.dtype = t.dtype;
+        local.name = t.name.c_str();
+        local.ndim = static_cast<uint32_t>(t.shape.size());
+        for (size_t d = 0; d < t.shape.size(); ++d) local.shape[d] = t.shape[d];
+        cb(ctx, &local);
+      }
+      return static_cast<int>(REFIT_OK);
+    });
+  }
   static const refit_layout_vtable_t* Vtable() {
-    static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
-                                             &MapTensor};
-    return &vt;
+    if constexpr (kHasListLocal) {
+      static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
+                                               &MapTensor, &ListLocal};
+      return &vt;
+    } else {
+      static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
+                                               &MapTensor, nullptr};
+      return &vt;
+    }
   }
 };
 

@@ -1,0 +1,370 @@
+// refit shard: cut a HuggingFace checkpoint into one safetensors file per rank of a layout
+// (megatron, fsdp, vllm, or any layout plugin with list_local), so multi-rank syncs can be driven
+// from real files. Every local tensor is filled through the layout's own map_tensor slices, so the
+// files are exactly what the layout maps back; padding (vocab rows past the vocabulary) is zero.
+// Tensors are written one at a time: the input stays mmap'd and at most one local tensor (plus one
+// slice) is in memory.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "refit/box.h"
+#include "refit/config.h"
+#include "refit/registry.h"
+#include "refit/safetensors.h"
+
+namespace refit::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// "model.layers.<N>.<rest>" -> N.
+std::optional<uint64_t> LayerIndex(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
+  size_t end = kPrefix.size();
+  while (end < name.size() && end - kPrefix.size() < 9 && name[end] >= '0' && name[end] <= '9') {
+    ++end;
+  }
+  if (end == kPrefix.size() || end >= name.size() || name[end] != '.') return std::nullopt;
+  return std::stoull(name.substr(kPrefix.size(), end - kPrefix.size()));
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The model description read off the checkpoint's names and shapes (keys of the layouts' config
+// sections). num_heads cannot always be inferred: q_proj's rows are num_heads * head_dim, and only
+// a q_norm (Qwen3) or a flag pins head_dim.
+Result<std::map<std::string, int64_t>> InferModel(const SafetensorsFile& file,
+                                                  const ShardOptions& options) {
+  std::map<std::string, int64_t> keys;
+  uint64_t layers = 0, q_rows = 0, kv_rows = 0, head_dim = 0, ffn = 0, moe_ffn = 0, experts = 0;
+  bool has_layers = false;
+  for (const TensorView& t : file.tensors()) {
+    if (std::optional<uint64_t> l = LayerIndex(t.name)) {
+      layers = std::max(layers, *l + 1);
+      has_layers = true;
+    }
+    auto rows = [&](uint64_t* out) {
+      if (!t.shape.empty() && *out == 0) *out = t.shape[0];
+    };
+    if (EndsWith(t.name, ".self_attn.q_proj.weight")) rows(&q_rows);
+    if (EndsWith(t.name, ".self_attn.k_proj.weight")) rows(&kv_rows);
+    if (EndsWith(t.name, ".self_attn.q_norm.weight")) rows(&head_dim);
+    if (EndsWith(t.name, ".mlp.gate.weight")) rows(&experts);
+    if (t.name.find(".mlp.experts.") != std::string::npos &&
+        EndsWith(t.name, ".gate_proj.weight")) {
+      rows(&moe_ffn);
+    } else if (EndsWith(t.name, ".mlp.gate_proj.weight")) {
+      rows(&ffn);
+    }
+  }
+  if (const TensorView* embed = file.Find("model.embed_tokens.weight");
+      embed != nullptr && embed->shape.size() == 2) {
+    keys["vocab"] = static_cast<int64_t>(embed->shape[0]);
+    keys["hidden"] = static_cast<int64_t>(embed->shape[1]);
+    keys["tie_word_embeddings"] = file.Find("lm_head.weight") == nullptr ? 1 : 0;
+  }
+  if (has_layers) keys["num_layers"] = static_cast<int64_t>(layers);
+  if (options.head_dim > 0) head_dim = static_cast<uint64_t>(options.head_dim);
+  uint64_t heads = options.num_heads > 0 ? static_cast<uint64_t>(options.num_heads) : 0;
+  if (heads > 0 && head_dim == 0 && q_rows > 0) {
+    if (q_rows % heads != 0) {
+      return Status::Invalid(file.path() + ": q_proj has " + std::to_string(q_rows) +
+                             " rows, not a multiple of --num-heads " + std::to_string(heads));
+    }
+    head_dim = q_rows / heads;
+  }
+  if (heads == 0 && head_dim > 0 && q_rows % head_dim == 0) heads = q_rows / head_dim;
+  if (heads > 0) keys["num_heads"] = static_cast<int64_t>(heads);
+  if (head_dim > 0) keys["head_dim"] = static_cast<int64_t>(head_dim);
+  if (options.num_kv_heads > 0) {
+    keys["num_kv_heads"] = options.num_kv_heads;
+  } else if (head_dim > 0 && kv_rows > 0 && kv_rows % head_dim == 0) {
+    keys["num_kv_heads"] = static_cast<int64_t>(kv_rows / head_dim);
+  }
+  if (ffn == 0) ffn = moe_ffn;  // an all-MoE model has no dense MLP
+  if (ffn > 0) keys["ffn"] = static_cast<int64_t>(ffn);
+  if (moe_ffn > 0) keys["moe_ffn"] = static_cast<int64_t>(moe_ffn);
+  if (experts > 0) keys["num_experts"] = static_cast<int64_t>(experts);
+  return keys;
+}
+
+bool Declares(const ComponentInfo& info, const std::string& key) {
+  for (const ConfigKeySpec& spec : info.config_keys) {
+    if (spec.name == key) return true;
+  }
+  return false;
+}
+
+// A parallel size from its flag (0: not given) or the config; both given must agree.
+Result<int64_t> ParallelSize(const Config& config, const std::string& section,
+                             const std::string& key, int flag) {
+  const std::string full = section + "." + key;
+  ASSIGN_OR_RAISE(int64_t from_config, config.GetInt(full, 0));
+  if (flag > 0 && from_config > 0 && flag != from_config) {
+    return Status::Invalid("--" + key + " " + std::to_string(flag) + " contradicts " + full +
+                           " = " + std::to_string(from_config) + " (" + config.Where(full) + ")");
+  }
+  if (flag < 0) return Status::Invalid("--" + key + " must be at least 1");
+  return flag > 0 ? flag : (from_config > 0 ? from_config : 1);
+}
+
+// The local tensor's bits: zeros (padding), then every slice the layout maps copied in from the
+// canonical tensor. The slices are checked against both tensors first: a layout plugin's output is
+// not trusted to stay in bounds.
+Status FillLocal(const SafetensorsFile& canonical, const TensorSpec& local,
+                 const std::vector<SliceMap>& slices, std::vector<uint8_t>* out) {
+  const uint32_t elem = SizeOf(local.dtype);
+  ASSIGN_OR_RAISE(uint64_t n, NumElements(local.shape));
+  out->assign(n * elem, 0);
+  std::vector<uint8_t> box_bits;
+  for (const SliceMap& s : slices) {
+    const TensorView* src = canonical.Find(s.canonical_name);
+    const std::string what = "'" + local.name + "' <- '" + s.canonical_name + "'";
+    if (src == nullptr) return Status::Internal(what + ": no such tensor in " + canonical.path());
+    if (src->dtype != local.dtype) return Status::Internal(what + ": dtypes differ");
+    if (s.map.ndim != src->shape.size() || s.map.ndim != local.shape.size()) {
+      return Status::Internal(what + ": the slice has " + std::to_string(s.map.ndim) + " dims");
+    }
+    Box from, to;
+    for (uint32_t d = 0; d < s.map.ndim; ++d) {
+      const uint64_t extent = s.map.extent[d];
+      if (s.map.canonical_shape[d] != src->shape[d] || extent > src->shape[d] ||
+          s.map.canonical_offset[d] > src->shape[d] - extent || extent > local.shape[d] ||
+          s.map.local_offset[d] > local.shape[d] - extent) {
+        return Status::Internal(what + ": the slice is out of bounds in dim " + std::to_string(d));
+      }
+      from.offset.push_back(s.map.canonical_offset[d]);
+      to.offset.push_back(s.map.local_offset[d]);
+      from.extent.push_back(extent);
+      to.extent.push_back(extent);
+    }
+    box_bits.resize(BoxElements(from) * elem);
+    GatherBox(src->bytes(), src->shape, from, elem, box_bits.data());
+    ScatterBox(box_bits.data(), local.shape, to, elem, out->data());
+  }
+  return Status::OK();
+}
+
+// The ABI view of a listed tensor (name points into t: valid while t lives).
+refit_local_tensor_t ToLocal(const TensorSpec& t) {
+  refit_local_tensor_t local{};
+  local.struct_size = sizeof(local);
+  local.dtype = static_cast<int32_t>(t.dtype);
+  local.name = t.name.c_str();
+  local.ndim = static_cast<uint32_t>(t.shape.size());
+  for (size_t d = 0; d < t.shape.size() && d < REFIT_MAX_DIMS; ++d) local.shape[d] = t.shape[d];
+  return local;
+}
+
+Status WriteAllBytes(int fd, const uint8_t* data, uint64_t len, const std::string& path) {
+  while (len > 0) {
+    ssize_t n = ::write(fd, data, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::IoError(path + ": write failed: " + std::strerror(errno));
+    data += n;
+    len -= static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+// Writes one rank's file through a temp file + fsync + rename: a reader never sees half a shard.
+Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
+                  const std::vector<TensorSpec>& locals, const Metadata& metadata,
+                  const std::string& path) {
+  std::vector<TensorView> views;
+  for (const TensorSpec& t : locals) views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr});
+  ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));
+  auto fail = [&](Status st) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return st;
+  };
+  Status st = WriteAllBytes(fd, reinterpret_cast<const uint8_t*>(plan.header.data()),
+                            plan.header.size(), tmp);
+  if (!st.ok()) return fail(st);
+  uint64_t written = 0;
+  std::vector<uint8_t> bits;
+  for (size_t i = 0; i < locals.size(); ++i) {
+    const TensorSpec& t = locals[i];
+    if (plan.offsets[i] != written) {
+      return fail(Status::Internal(path + ": tensors are not laid out back to back"));
+    }
+    Result<std::vector<SliceMap>> slices = layout.MapTensor(ToLocal(t));
+    if (!slices.ok()) return fail(slices.status());
+    st = FillLocal(canonical, t, slices.value(), &bits);
+    if (!st.ok()) return fail(st.WithContext("layout '" + layout.name() + "'"));
+    st = WriteAllBytes(fd, bits.data(), bits.size(), tmp);
+    if (!st.ok()) return fail(st);
+    written += bits.size();
+  }
+  if (::fsync(fd) != 0) return fail(Status::IoError(tmp + ": fsync: " + std::strerror(errno)));
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::IoError(tmp + ": close: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::IoError("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunShard(const ShardOptions& options) {
+  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(options.input));
+  Config config;
+  if (!options.config_path.empty()) {
+    ASSIGN_OR_RAISE(config, Config::FromFile(options.config_path));
+  }
+  ASSIGN_OR_RAISE(std::unique_ptr<Registry> registry, LoadRegistry(&config));
+  const ComponentInfo* info = registry->Find(REFIT_KIND_LAYOUT, options.layout);
+  if (info == nullptr) {
+    std::string known;
+    for (const ComponentInfo* c : registry->List()) {
+      if (c->kind == REFIT_KIND_LAYOUT) known += (known.empty() ? "" : ", ") + c->name;
+    }
+    return Status::Invalid("unknown layout '" + options.layout + "' (known: " + known + ")");
+  }
+  const std::string section = "layout." + options.layout;
+
+  // Parallel sizes: flags, else the config. A layout without pp/ep keys has no such split.
+  int64_t sizes[3] = {1, 1, 1};
+  const char* size_keys[3] = {"tp", "pp", "ep"};
+  const int size_flags[3] = {options.tp, options.pp, options.ep};
+  for (int i = 0; i < 3; ++i) {
+    if (Declares(*info, size_keys[i])) {
+      ASSIGN_OR_RAISE(sizes[i], ParallelSize(config, section, size_keys[i], size_flags[i]));
+      config.SetInt(section + "." + size_keys[i], sizes[i]);
+    } else if (size_flags[i] > 1) {
+      return Status::Invalid("layout '" + options.layout + "' has no " + size_keys[i] +
+                             " split (--" + size_keys[i] + " must be 1)");
+    }
+  }
+  const bool rank_names = !Declares(*info, "tp");  // fsdp, hf: rank{r}
+  int64_t world = sizes[0] * sizes[1] * sizes[2];
+  if (options.world > 0) {
+    if (!rank_names && options.world != world) {
+      return Status::Invalid("--world " + std::to_string(options.world) +
+                             " is not tp * pp * ep = " + std::to_string(world));
+    }
+    world = options.world;
+  }
+  if (rank_names && options.world <= 0) {
+    return Status::Invalid("layout '" + options.layout + "' needs --world N (the number of ranks)");
+  }
+  if (world > 65536)
+    return Status::Invalid("world size " + std::to_string(world) + " is too large");
+
+  // The model description: what the config leaves unset is read off the checkpoint.
+  ASSIGN_OR_RAISE(auto inferred, InferModel(*file, options));
+  for (const auto& [key, value] : inferred) {
+    const std::string full = section + "." + key;
+    if (!Declares(*info, key) || config.Has(full)) continue;
+    if (key == "tie_word_embeddings") {
+      ConfigValue v;
+      v.type = REFIT_CFG_BOOL;
+      v.bool_value = value != 0;
+      config.Set(full, v);
+    } else {
+      config.SetInt(full, value);
+    }
+  }
+  if (Declares(*info, "num_heads") && !config.Has(section + ".num_heads")) {
+    return Status::Invalid(options.input +
+                           ": cannot infer num_heads from the shapes (q_proj rows = "
+                           "num_heads * head_dim): pass --num-heads (and --num-kv-heads for "
+                           "grouped-query attention) or set " +
+                           section + ".num_heads");
+  }
+  if (Declares(*info, "shapes_from") && !config.Has(section + ".shapes_from")) {
+    config.SetString(section + ".shapes_from", options.input);
+  }
+
+  std::vector<TensorSpec> canonical;
+  for (const TensorView& t : file->tensors()) canonical.push_back({t.name, t.dtype, t.shape});
+
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) return Status::IoError(options.out_dir + ": cannot create: " + ec.message());
+  // A dry run over every rank before any file is written: a canonical tensor no rank holds would
+  // make shards that can never reproduce the checkpoint. (Layouts are re-created and re-mapped
+  // below rather than kept: mapping is cheap, and all ranks' slices can be large.)
+  std::set<std::string> held;
+  for (int64_t r = 0; r < world; ++r) {
+    ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout,
+                    registry->CreateLayout(options.layout, static_cast<int>(r),
+                                           static_cast<int>(world), &config, section));
+    Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
+    if (!locals.ok()) return locals.status().WithContext(options.input);
+    for (const TensorSpec& t : locals.value()) {
+      ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
+      for (const SliceMap& s : slices) held.insert(s.canonical_name);
+    }
+  }
+  for (const TensorSpec& t : canonical) {
+    ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+    if (n > 0 && held.count(t.name) == 0) {
+      return Status::Invalid(options.input + ": tensor '" + t.name + "' is held by no rank of " +
+                             "layout '" + options.layout + "'");
+    }
+  }
+
+  const std::string source = fs::path(options.input).filename().string();
+  for (int64_t r = 0; r < world; ++r) {
+    const int rank = static_cast<int>(r);
+    ASSIGN_OR_RAISE(
+        std::unique_ptr<Layout> layout,
+        registry->CreateLayout(options.layout, rank, static_cast<int>(world), &config, section));
+    Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
+    if (!locals.ok()) return locals.status().WithContext(options.input);
+    Metadata metadata = {{"refit.layout", options.layout},
+                         {"refit.rank", std::to_string(rank)},
+                         {"refit.world", std::to_string(world)},
+                         {"refit.source", source}};
+    std::string name = "rank" + std::to_string(rank);
+    if (!rank_names) {
+      const int64_t tp = sizes[0], ep = sizes[2];
+      const int64_t t = r % tp, e = r / tp % ep, p = r / (tp * ep);
+      name = "tp" + std::to_string(t) + "_pp" + std::to_string(p);
+      if (ep > 1) name += "_ep" + std::to_string(e);
+      metadata["refit.tp_rank"] = std::to_string(t);
+      metadata["refit.pp_rank"] = std::to_string(p);
+      metadata["refit.ep_rank"] = std::to_string(e);
+    }
+    const std::string path = (fs::path(options.out_dir) / (name + ".safetensors")).string();
+    RETURN_NOT_OK(WriteShard(*file, *layout, locals.value(), metadata, path));
+    uint64_t bytes = 0;
+    for (const TensorSpec& t : locals.value()) {
+      ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+      bytes += n * SizeOf(t.dtype);
+    }
+    std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),
+                HumanBytes(bytes).c_str());
+  }
+  std::printf("%s: %" PRId64 " shards (layout %s) in %s\n", options.input.c_str(), world,
+              options.layout.c_str(), options.out_dir.c_str());
+  return Status::OK();
+}
+
+}  // namespace refit::cli
