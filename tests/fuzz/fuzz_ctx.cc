@@ -5,8 +5,9 @@
 // set, asks the harness to fix up the payload's checksum so that mutations reach the range
 // decoder behind it (a random body almost never carries a valid checksum). The rest is the
 // payload, decoded onto kElems elements (initial bytes i * 7) with guard bytes on both sides.
-// Checks: no crash or sanitizer report, guards intact, a refusal has a one-line message, and the
-// bits an accepted payload produced survive a round trip through the encoder.
+// Checks: no crash or sanitizer report, guards intact, a refusal has a one-line message, every
+// kernel level decodes (and re-encodes) alike, and the bits an accepted payload produced survive
+// a round trip through the encoder.
 // Seeds (corpus/ctx/) come from `refit_ctx_measure seeds DIR`.
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "ctx_codec.h"
 #include "refit/kernels/diff.h"
+#include "refit/kernels/dispatch.h"
 #include "refit/sdk/encoding_util.hpp"
 
 namespace {
@@ -37,6 +39,9 @@ constexpr uint32_t kElemSizes[12] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1};
 // Layout facts of the payload the fix-up needs: [0] version, [1, 5) checksum of [5, len).
 constexpr size_t kChecksumOffset = 1;
 constexpr size_t kChecked = 5;
+constexpr refit::kernels::SimdLevel kLevels[] = {refit::kernels::SimdLevel::kScalar,
+                                                 refit::kernels::SimdLevel::kAvx2,
+                                                 refit::kernels::SimdLevel::kAvx512};
 
 bool GuardsIntact(const std::vector<uint8_t>& buf, size_t bytes) {
   for (size_t i = 0; i < kGuardBytes; ++i) {
@@ -73,6 +78,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   refit::Status st = refit::ctx::Decode(payload.data(), payload.size(), target);
   FUZZ_CHECK(GuardsIntact(buf, bytes), "decode (%s) wrote outside the target",
              st.ToString().c_str());
+  // Every kernel level (the scalar reference, the AVX2 and AVX-512 block paths; Decode used the
+  // active one) gives the same verdict and the same bits, valid payload or not.
+  for (refit::kernels::SimdLevel level : kLevels) {
+    std::vector<uint8_t> other = initial;
+    refit_decode_target_t other_target = target;
+    other_target.bits = other.data();
+    const refit::Status other_st =
+        refit::ctx::DecodeAt(level, payload.data(), payload.size(), other_target);
+    FUZZ_CHECK(other_st.ToString() == st.ToString(), "%s decode says '%s', active level '%s'",
+               refit::kernels::SimdLevelName(level), other_st.ToString().c_str(),
+               st.ToString().c_str());
+    FUZZ_CHECK(std::memcmp(other.data(), buf.data() + kGuardBytes, bytes) == 0,
+               "%s decode wrote other bits than the active level",
+               refit::kernels::SimdLevelName(level));
+  }
   if (!st.ok()) {
     FUZZ_CHECK(!st.message().empty(), "empty error message");
     FUZZ_CHECK(st.message().find('\n') == std::string::npos, "multi-line error: %s",
@@ -100,6 +120,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   refit::Result<uint64_t> written = refit::ctx::Encode(in, out.data(), max);
   FUZZ_CHECK(written.ok(), "re-encode failed: %s", written.status().ToString().c_str());
   out.resize(*written);
+  for (refit::kernels::SimdLevel level : kLevels) {
+    std::vector<uint8_t> other(max);
+    refit::Result<uint64_t> other_written = refit::ctx::EncodeAt(level, in, other.data(), max);
+    FUZZ_CHECK(other_written.ok(), "%s re-encode failed", refit::kernels::SimdLevelName(level));
+    other.resize(*other_written);
+    FUZZ_CHECK(other == out, "%s payload differs from the active level's",
+               refit::kernels::SimdLevelName(level));
+  }
   std::vector<uint8_t> again = initial;
   target.bits = again.data();
   st = refit::ctx::Decode(out.data(), out.size(), target);

@@ -6,7 +6,9 @@
 // class members before each change. Because change probability roughly halves per exponent step,
 // per-class runs cost far less than position gaps over all elements. The encoder emits runs one
 // change ahead (the run to the class's next change follows each change), so the decoder can walk
-// the elements in order, counting each class down, with no lookahead of its own.
+// the elements in order, counting each class down, with no lookahead of its own. With AVX2 or
+// AVX-512 both sides count 64 elements per class at a time (ctx_blocks.h); the scalar path,
+// element by element, is the reference they are tested against (same payload, same bits).
 //
 // Values: the step new - old in the dtype's ordered integer representation (floats: negative
 // patterns flipped so that integer order is value order), as sign + magnitude. A one-ULP step
@@ -21,7 +23,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "ctx_blocks.h"
 #include "refit/kernels/diff.h"
+#include "refit/kernels/dispatch.h"
 #include "refit/sdk/encoding_util.hpp"
 
 namespace refit::ctx {
@@ -97,18 +101,24 @@ struct SingleClass {
   }
 };
 
-// Order-preserving bijection of float bit patterns onto unsigned integers (integers: identity).
+// Order-preserving bijection of float bit patterns onto unsigned integers (integers: identity):
+// negative patterns are inverted, positive ones get the sign bit. Written as XOR masks: the sign
+// is a coin flip per change, a branch on it would be mispredicted half the time.
+template <typename T>
+inline T SignMask(T bits) {  // all ones when the top bit is set
+  return static_cast<T>(T{0} - static_cast<T>(bits >> (sizeof(T) * 8 - 1)));
+}
 template <typename T>
 inline T ToOrdered(T bits, bool is_float) {
   constexpr T kSign = T{1} << (sizeof(T) * 8 - 1);
   if (!is_float) return bits;
-  return (bits & kSign) ? static_cast<T>(~bits) : static_cast<T>(bits | kSign);
+  return static_cast<T>(bits ^ (SignMask(bits) | kSign));
 }
 template <typename T>
 inline T FromOrdered(T ord, bool is_float) {
   constexpr T kSign = T{1} << (sizeof(T) * 8 - 1);
   if (!is_float) return ord;
-  return (ord & kSign) ? static_cast<T>(ord & ~kSign) : static_cast<T>(~ord);
+  return static_cast<T>(ord ^ static_cast<T>(~SignMask(ord) | kSign));
 }
 
 template <typename T>
@@ -215,7 +225,7 @@ class RangeEncoder {
     Normalize();
   }
   // The low nbits of value, most significant first, at exactly one bit each.
-  void EncodeDirect(uint64_t value, int nbits) {
+  CTX_INLINE void EncodeDirect(uint64_t value, int nbits) {
     while (nbits > 0) {
       const int n = std::min(nbits, kDirectChunk);
       nbits -= n;
@@ -224,20 +234,20 @@ class RangeEncoder {
       Normalize();
     }
   }
-  void Finish() {
+  CTX_INLINE void Finish() {
     for (int i = 0; i < 5; ++i) ShiftLow();
   }
   uint64_t size() const { return pos_; }
   bool overflowed() const { return pos_ > cap_; }
 
  private:
-  void Normalize() {
+  CTX_INLINE void Normalize() {
     while (range_ < kTop) {
       range_ <<= 8;
       ShiftLow();
     }
   }
-  void ShiftLow() {
+  CTX_INLINE void ShiftLow() {
     if (static_cast<uint32_t>(low_) < 0xFF000000u || (low_ >> 32) != 0) {
       const uint8_t carry = static_cast<uint8_t>(low_ >> 32);
       uint8_t pending = cache_;
@@ -250,7 +260,7 @@ class RangeEncoder {
     ++cache_size_;
     low_ = (low_ & 0x00FFFFFFu) << 8;
   }
-  void Put(uint8_t byte) {
+  CTX_INLINE void Put(uint8_t byte) {
     // The coder's first byte is always 0 (the interval starts inside [0, 2^32)): not stored.
     if (skip_first_) {
       skip_first_ = false;
@@ -284,7 +294,7 @@ class RangeDecoder {
     Normalize();
     return bit;
   }
-  uint64_t DecodeDirect(int nbits) {
+  CTX_INLINE uint64_t DecodeDirect(int nbits) {
     uint64_t v = 0;
     while (nbits > 0) {
       const int n = std::min(nbits, kDirectChunk);
@@ -305,13 +315,13 @@ class RangeDecoder {
   bool ConsumedExactly() const { return !damaged_ && overrun_ == 0 && pos_ == len_; }
 
  private:
-  void Normalize() {
+  CTX_INLINE void Normalize() {
     while (range_ < kTop) {
       range_ <<= 8;
       code_ = (code_ << 8) | Next();
     }
   }
-  uint8_t Next() {
+  CTX_INLINE uint8_t Next() {
     if (pos_ < len_) return in_[pos_++];
     ++overrun_;
     return 0;
@@ -382,23 +392,45 @@ CTX_INLINE uint64_t DecodeNumber(RangeDecoder& rc, NumberModel& m) {
 constexpr uint32_t kUnarySteps = 24;
 constexpr uint32_t kRunStatsLimit = 256;  // halve the running sums here: follow drift
 
+__extension__ typedef unsigned __int128 Uint128;  // (a GCC/Clang extension)
+
+struct RunReciprocals {
+  uint64_t of[kRunStatsLimit];
+  constexpr RunReciprocals() : of() {
+    for (uint32_t d = 1; d < kRunStatsLimit; ++d) of[d] = ~uint64_t{0} / d;
+  }
+};
+constexpr RunReciprocals kRunReciprocals;
+
 struct RunModel {
   Bit unary[kUnarySteps];  // "quotient > i"
   uint64_t sum = 0;        // runs seen (halved with count)
   uint64_t count = 0;
+  // Smallest shift with 2^(shift+1) >= mean run (the quotient then averages ~1.5); 3 before the
+  // first run. Kept up to date by Observe() so that the division is off the coder's critical
+  // path (the next run of the class is usually many changes later).
+  int shift = 3;
 
-  // Smallest shift with 2^(shift+1) >= mean run (the quotient then averages ~1.5).
-  int Shift() const {
-    if (count == 0) return 3;
-    const uint64_t mean = sum / count;
-    return mean <= 2 ? 0 : std::min(static_cast<int>(std::bit_width(mean - 1)) - 1, 56);
-  }
   void Observe(uint64_t run) {
     sum += std::min<uint64_t>(run, uint64_t{1} << 56);  // terminal runs must not swamp the mean
     if (++count == kRunStatsLimit) {
       sum >>= 1;
       count >>= 1;
     }
+    const uint64_t mean = Mean();
+    shift = mean <= 2 ? 0 : std::min(static_cast<int>(std::bit_width(mean - 1)) - 1, 56);
+  }
+
+ private:
+  // sum / count (count < kRunStatsLimit) without a 64-bit division: a multiply by the
+  // reciprocal floor((2^64 - 1) / count) is low by at most 2 (sum < 2^64), then corrected.
+  uint64_t Mean() const {
+    uint64_t q =
+        static_cast<uint64_t>((static_cast<Uint128>(sum) * kRunReciprocals.of[count]) >> 64);
+    // Two corrections, without a branch (a data-dependent loop here costs mispredictions).
+    q += sum - q * count >= count ? 1 : 0;
+    q += sum - q * count >= count ? 1 : 0;
+    return q;
   }
 };
 
@@ -407,7 +439,7 @@ struct RunModel {
 // along with the raw low bits: one coder operation for both.
 CTX_INLINE void EncodeRun(RangeEncoder& rc, RunModel& m, NumberModel& escape, uint64_t run,
                           uint32_t sign) {
-  const int shift = m.Shift();
+  const int shift = m.shift;
   const uint64_t quotient = run >> shift;
   const uint64_t unary = std::min<uint64_t>(quotient, kUnarySteps);
   for (uint64_t i = 0; i < unary; ++i) rc.Encode(m.unary[i], 1);
@@ -422,7 +454,7 @@ CTX_INLINE void EncodeRun(RangeEncoder& rc, RunModel& m, NumberModel& escape, ui
 }
 
 CTX_INLINE uint64_t DecodeRun(RangeDecoder& rc, RunModel& m, NumberModel& escape, uint32_t* sign) {
-  const int shift = m.Shift();
+  const int shift = m.shift;
   uint64_t quotient = 0;
   while (quotient < kUnarySteps && rc.Decode(m.unary[quotient]) != 0) ++quotient;
   if (quotient == kUnarySteps) quotient += DecodeNumber(rc, escape) - 1;  // wraps only if damaged
@@ -471,12 +503,12 @@ CTX_INLINE uint64_t DecodeMagnitude(RangeDecoder& rc, Models& m, uint32_t slot) 
 
 template <typename T>
 CTX_INLINE T ApplyStep(T old_bits, uint32_t negative, uint64_t magnitude, bool is_float) {
-  const T step =
-      negative ? static_cast<T>(T{0} - static_cast<T>(magnitude)) : static_cast<T>(magnitude);
+  const T flip = static_cast<T>(T{0} - static_cast<T>(negative));  // negate without a branch
+  const T step = static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
   return FromOrdered(static_cast<T>(ToOrdered(old_bits, is_float) + step), is_float);
 }
 
-// ------------------------------------------------------------------ class counting
+// ------------------------------------------------------------------ class counting (scalar)
 
 // counts[c] += number of elements of class c in old[from, to). Four interleaved tables keep
 // consecutive increments of one class from waiting on each other.
@@ -497,6 +529,36 @@ void CountClasses(const uint8_t* old, uint64_t from, uint64_t to, ClassFn cls,
   }
 }
 
+// ------------------------------------------------------------------ paths
+
+// How the elements are walked. The scalar path counts every element's class one by one and is
+// the reference; the block paths take 64 elements at a time (their class bytes in one vector, a
+// compare and a popcount per class of the record's range, see ctx_blocks.h). Every path produces
+// the same payload and the same bits.
+enum class Path { kScalar, kAvx2, kAvx512 };
+
+// Block paths count the classes of [lo, hi] one compare each: beyond this many, scalar.
+constexpr uint32_t kMaxBlockClasses = 64;
+
+Path PathFor(kernels::SimdLevel level) {
+#if defined(__x86_64__)
+  // The block paths also use popcnt (and pdep with AVX-512), which dispatch.h does not check.
+  static const bool kPopcnt = __builtin_cpu_supports("popcnt");
+  static const bool kBmi2 = __builtin_cpu_supports("bmi2");
+  if (level >= kernels::SimdLevel::kAvx512 &&
+      kernels::SimdLevelSupported(kernels::SimdLevel::kAvx512) && kPopcnt && kBmi2) {
+    return Path::kAvx512;
+  }
+  if (level >= kernels::SimdLevel::kAvx2 &&
+      kernels::SimdLevelSupported(kernels::SimdLevel::kAvx2) && kPopcnt) {
+    return Path::kAvx2;
+  }
+#else
+  (void)level;
+#endif
+  return Path::kScalar;
+}
+
 // ------------------------------------------------------------------ encode / decode bodies
 
 struct Header {
@@ -508,146 +570,426 @@ struct Header {
   uint64_t k = 0;
 };
 
-// Codes the coded-mode body into out[0, cap); returns its size (> cap when it did not fit).
-// Sets the class range in *h.
+// Per-thread encoder scratch, reused across calls: a fresh multi-MB allocation per record costs
+// more in page faults than the coding itself.
+template <typename T>
+struct EncodeScratch {
+  std::vector<uint8_t> classes;  // of each change's old value
+  std::vector<uint64_t> runs;    // class members before each change since the previous one
+  std::vector<T> olds;           // the changed elements' old and new bits
+  std::vector<T> news;
+
+  void Reserve(uint64_t k) {
+    if (classes.size() < k) {
+      classes.resize(k);
+      runs.resize(k);
+      olds.resize(k);
+      news.resize(k);
+    }
+  }
+  // Keeps a small record's scratch, not a huge one's.
+  void Trim() {
+    constexpr uint64_t kRetainedScratchChanges = uint64_t{1} << 20;
+    if (classes.size() > kRetainedScratchChanges) *this = EncodeScratch();
+  }
+};
+
+// The class of every change and the run of unchanged class members before it (the scalar path:
+// counts every element's class). Also captures the changed elements' old and new bits while the
+// old bits stream by. counts[c] ends as the population of class c.
 template <typename T, typename ClassFn>
-Result<uint64_t> EncodeBody(const refit_encode_input_t& in, const DTypeSpec& spec, ClassFn cls,
-                            Header* h, uint8_t* out, uint64_t cap) {
+Status RankScalar(const refit_encode_input_t& in, ClassFn cls, EncodeScratch<T>& s,
+                  uint64_t* counts) {
   const auto* old = static_cast<const uint8_t*>(in.old_bits);
   const auto* neu = static_cast<const uint8_t*>(in.new_bits);
+  const uint64_t* pos = in.positions;
+  constexpr uint64_t kPrefetchAhead = 16;
+  auto table = std::make_unique<uint64_t[][kNumClasses]>(4);  // zeroed
+  uint64_t next_rank[kNumClasses] = {};
+  uint64_t next = 0;
+  for (uint64_t j = 0; j < in.n_changed; ++j) {
+    const uint64_t p = pos[j];
+    if (j + kPrefetchAhead < in.n_changed) {
+      __builtin_prefetch(neu + pos[j + kPrefetchAhead] * sizeof(T));
+    }
+    CountClasses<T>(old, next, p, cls, table.get());
+    const T old_bits = LoadElem<T>(old, p);
+    s.olds[j] = old_bits;
+    s.news[j] = LoadElem<T>(neu, p);
+    const uint32_t c = cls(old_bits);
+    const uint64_t rank = table[0][c] + table[1][c] + table[2][c] + table[3][c];
+    s.classes[j] = static_cast<uint8_t>(c);
+    s.runs[j] = rank - next_rank[c];
+    next_rank[c] = rank + 1;
+    ++table[0][c];
+    next = p + 1;
+  }
+  CountClasses<T>(old, next, in.n_elems, cls, table.get());
+  for (uint32_t c = 0; c < kNumClasses; ++c) {
+    counts[c] = table[0][c] + table[1][c] + table[2][c] + table[3][c];
+  }
+  return Status::OK();
+}
+
+#if defined(__x86_64__)
+// The block path of RankScalar: s.classes and the old/new bits are already captured (a pass over
+// the positions only); this counts the classes of [lo, hi] per block of 64 elements and ranks
+// each change within its block by a popcount below it.
+template <typename T, typename ClassFn, typename Ops>
+CTX_INLINE void RankBlocks(const refit_encode_input_t& in, ClassFn cls, uint32_t lo,
+                           uint32_t classes, EncodeScratch<T>& s, uint64_t* counts) {
+  const auto* old = static_cast<const uint8_t*>(in.old_bits);
   const uint64_t n = in.n_elems;
   const uint64_t k = in.n_changed;
   const uint64_t* pos = in.positions;
-
-  // Pass 1: the class of every change and the run of unchanged class members before it.
-  // Per-thread scratch, reused across calls: a fresh multi-MB allocation per record costs more
-  // in page faults than the coding itself.
-  // The changed elements' old and new bits are captured here too, while the old bits stream by:
-  // reading them again at scattered positions later costs a cache miss per change.
-  thread_local std::vector<uint8_t> classes;
-  thread_local std::vector<uint64_t> runs;
-  thread_local std::vector<T> olds;
-  thread_local std::vector<T> news;
-  if (classes.size() < k) {
-    classes.resize(k);
-    runs.resize(k);
-  }
-  if (olds.size() < k) {
-    olds.resize(k);
-    news.resize(k);
-  }
-  constexpr uint64_t kPrefetchAhead = 16;
-  constexpr uint64_t kRetainedScratchChanges = uint64_t{1} << 20;
-  auto counts = std::make_unique<uint64_t[][kNumClasses]>(4);  // zeroed
-  uint64_t next_rank[kNumClasses] = {};
-  uint64_t next = 0;
-  for (uint64_t j = 0; j < k; ++j) {
-    const uint64_t p = pos[j];
-    if (p < next || p >= n) {
-      return Status::Invalid("position " + std::to_string(j) + " (" + std::to_string(p) +
-                             ") is out of range or not strictly increasing");
+  uint64_t count[kMaxBlockClasses] = {};
+  uint64_t next_rank[kMaxBlockClasses] = {};
+  uint64_t j = 0;
+  alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
+  for (uint64_t base = 0; base < n; base += kBlockElems) {
+    uint64_t valid = ~uint64_t{0};
+    const uint8_t* src = old + base * sizeof(T);
+    if (n - base < kBlockElems) {  // the last, partial block: from a zero-padded copy
+      std::memcpy(tail, src, (n - base) * sizeof(T));
+      src = tail;
+      valid = (uint64_t{1} << (n - base)) - 1;
     }
-    if (j + kPrefetchAhead < k) __builtin_prefetch(neu + pos[j + kPrefetchAhead] * sizeof(T));
-    CountClasses<T>(old, next, p, cls, counts.get());
-    const T old_bits = LoadElem<T>(old, p);
-    olds[j] = old_bits;
-    news[j] = LoadElem<T>(neu, p);
-    const uint32_t c = cls(old_bits);
-    const uint64_t rank = counts[0][c] + counts[1][c] + counts[2][c] + counts[3][c];
-    classes[j] = static_cast<uint8_t>(c);
-    runs[j] = rank - next_rank[c];
-    next_rank[c] = rank + 1;
-    ++counts[0][c];
-    next = p + 1;
+    typename Ops::Classes v;
+    Ops::template Load<T>(src, cls, &v);
+    for (; j < k && pos[j] - base < kBlockElems; ++j) {
+      const uint32_t slot = s.classes[j] - lo;
+      const uint64_t below = (uint64_t{1} << (pos[j] - base)) - 1;
+      const uint64_t rank = count[slot] + Ops::Pop(Ops::Mask(v, s.classes[j]) & below);
+      s.runs[j] = rank - next_rank[slot];
+      next_rank[slot] = rank + 1;
+    }
+    for (uint32_t slot = 0; slot < classes; ++slot) {
+      count[slot] += Ops::Pop(Ops::Mask(v, lo + slot) & valid);
+    }
   }
+  for (uint32_t slot = 0; slot < classes; ++slot) counts[lo + slot] = count[slot];
+}
+
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX2 __attribute__((flatten)) void RankBlocksAvx2(const refit_encode_input_t& in,
+                                                             ClassFn cls, uint32_t lo,
+                                                             uint32_t classes, EncodeScratch<T>& s,
+                                                             uint64_t* counts) {
+  RankBlocks<T, ClassFn, Avx2Ops>(in, cls, lo, classes, s, counts);
+}
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX512 __attribute__((flatten)) void RankBlocksAvx512(const refit_encode_input_t& in,
+                                                                 ClassFn cls, uint32_t lo,
+                                                                 uint32_t classes,
+                                                                 EncodeScratch<T>& s,
+                                                                 uint64_t* counts) {
+  RankBlocks<T, ClassFn, Avx512Ops>(in, cls, lo, classes, s, counts);
+}
+#endif
+
+[[gnu::noinline]] Status BadPosition(uint64_t j, uint64_t p) {
+  return Status::Invalid("position " + std::to_string(j) + " (" + std::to_string(p) +
+                         ") is out of range or not strictly increasing");
+}
+
+// Codes the coded-mode body into out[0, cap); returns its size (> cap when it did not fit).
+// Sets the class range in *h.
+template <typename T, typename ClassFn>
+Result<uint64_t> EncodeBody(Path path, const refit_encode_input_t& in, const DTypeSpec& spec,
+                            ClassFn cls, Header* h, uint8_t* out, uint64_t cap) {
+  const uint64_t n = in.n_elems;
+  const uint64_t k = in.n_changed;
+  const uint64_t* pos = in.positions;
+  thread_local EncodeScratch<T> s;
+  s.Reserve(k);
+  uint64_t counts[kNumClasses] = {};  // each class's population (of [lo, hi] at least)
   uint32_t lo = kNumClasses - 1;
   uint32_t hi = 0;
-  for (uint64_t j = 0; j < k; ++j) {
-    lo = std::min<uint32_t>(lo, classes[j]);
-    hi = std::max<uint32_t>(hi, classes[j]);
+  const bool blocks = path != Path::kScalar && !ClassFn::kSingle;
+  if (!blocks) {
+    for (uint64_t j = 0; j < k; ++j) {
+      if (pos[j] >= n || (j > 0 && pos[j] <= pos[j - 1])) return BadPosition(j, pos[j]);
+    }
+    RETURN_NOT_OK(RankScalar<T>(in, cls, s, counts));
+    for (uint64_t j = 0; j < k; ++j) {
+      lo = std::min<uint32_t>(lo, s.classes[j]);
+      hi = std::max<uint32_t>(hi, s.classes[j]);
+    }
+  } else {
+    // The changes first (their classes give the range the blocks count), then the blocks.
+    const auto* old = static_cast<const uint8_t*>(in.old_bits);
+    const auto* neu = static_cast<const uint8_t*>(in.new_bits);
+    constexpr uint64_t kPrefetchAhead = 16;
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t p = pos[j];
+      if (p >= n || (j > 0 && p <= pos[j - 1])) return BadPosition(j, p);
+      if (j + kPrefetchAhead < k) {
+        __builtin_prefetch(old + pos[j + kPrefetchAhead] * sizeof(T));
+        __builtin_prefetch(neu + pos[j + kPrefetchAhead] * sizeof(T));
+      }
+      const T old_bits = LoadElem<T>(old, p);
+      s.olds[j] = old_bits;
+      s.news[j] = LoadElem<T>(neu, p);
+      const uint32_t c = cls(old_bits);
+      s.classes[j] = static_cast<uint8_t>(c);
+      lo = std::min(lo, c);
+      hi = std::max(hi, c);
+    }
+    if (k > 0) {
+#if defined(__x86_64__)
+      if (hi - lo + 1 > kMaxBlockClasses) {
+        RETURN_NOT_OK(RankScalar<T>(in, cls, s, counts));
+      } else if constexpr (!ClassFn::kSingle) {
+        if (path == Path::kAvx512) {
+          RankBlocksAvx512<T>(in, cls, lo, hi - lo + 1, s, counts);
+        } else {
+          RankBlocksAvx2<T>(in, cls, lo, hi - lo + 1, s, counts);
+        }
+      }
+#endif
+    }
   }
   if (k == 0) lo = hi = 0;
   h->class_lo = lo;
   h->class_hi = hi;
   if (k == 0) return uint64_t{0};
-  CountClasses<T>(old, next, n, cls, counts.get());
 
-  // Pass 2 (backward): each change carries the run to its class's next change; the run after a
-  // class's last change reaches past the end (never hit); pending ends as each first run.
+  // Backward: each change carries the run to its class's next change; the run after a class's
+  // last change reaches past the end (never hit); pending ends as each first run.
   uint64_t pending[kNumClasses] = {};
-  for (uint32_t c = lo; c <= hi; ++c) {
-    const uint64_t total = counts[0][c] + counts[1][c] + counts[2][c] + counts[3][c];
-    pending[c] = total - next_rank[c];
-  }
+  uint64_t next_rank[kNumClasses] = {};
+  for (uint64_t j = 0; j < k; ++j) next_rank[s.classes[j]] += s.runs[j] + 1;
+  for (uint32_t c = lo; c <= hi; ++c) pending[c] = counts[c] - next_rank[c];
   for (uint64_t j = k; j-- > 0;) {
-    const uint64_t run = runs[j];
-    runs[j] = pending[classes[j]];
-    pending[classes[j]] = run;
+    const uint64_t run = s.runs[j];
+    s.runs[j] = pending[s.classes[j]];
+    pending[s.classes[j]] = run;
   }
 
   Models models(hi - lo + 1);
   RangeEncoder rc(out, cap);
   for (uint32_t c = lo; c <= hi; ++c) EncodeNumber(rc, models.first_run, pending[c] + 1);
   for (uint64_t j = 0; j < k; ++j) {
-    const uint32_t slot = classes[j] - lo;
+    const uint32_t slot = s.classes[j] - lo;
     uint32_t negative;
     uint64_t magnitude;
-    SplitStep<T>(olds[j], news[j], spec.is_float, &negative, &magnitude);
+    SplitStep<T>(s.olds[j], s.news[j], spec.is_float, &negative, &magnitude);
     EncodeMagnitude(rc, models, slot, magnitude);
-    EncodeRun(rc, models.runs[slot], models.long_run, runs[j], negative);
+    EncodeRun(rc, models.runs[slot], models.long_run, s.runs[j], negative);
   }
   rc.Finish();
-  if (classes.size() >
-      kRetainedScratchChanges) {  // keep a small record's scratch, not a huge one's
-    classes = {};
-    runs = {};
-    olds = {};
-    news = {};
-  }
+  s.Trim();
   return rc.size();
 }
 
-template <typename T, typename ClassFn>
-Status DecodeBody(const Header& h, const DTypeSpec& spec, ClassFn cls, const uint8_t* body,
-                  uint64_t len, uint8_t* bits) {
-  if (h.k == 0) {
-    if (len != 0) return Status::Corrupt("ctx payload has bytes after an empty delta");
-    return Status::OK();
+[[gnu::noinline]] Status StepTooLarge(uint64_t i) {
+  return Status::Corrupt("ctx payload codes a step larger than the dtype at element " +
+                         std::to_string(i));
+}
+
+// What every decoder path shares: the models, the coder and the count of changes applied.
+struct DecodeState {
+  DecodeState(const Header& h, const uint8_t* body, uint64_t len)
+      : models(h.class_hi - h.class_lo + 1), rc(body, len) {}
+  Models models;
+  RangeDecoder rc;
+  uint64_t done = 0;
+};
+
+// Applies the change at element i (of class slot `slot`, whose old bits are old_bits) and returns
+// the run of class members to its class's next change; sets *bad (and applies nothing) when the
+// payload codes an impossible step. The coder is passed apart from the rest of DecodeState so
+// that the block loops can keep it in a local (in registers: the element stores through a byte
+// pointer could alias it otherwise).
+template <typename T>
+CTX_INLINE uint64_t ApplyChange(RangeDecoder& rc, Models& models, uint64_t* done,
+                                const DTypeSpec& spec, uint32_t slot, uint8_t* bits, uint64_t i,
+                                T old_bits, bool* bad) {
+  const uint64_t magnitude = DecodeMagnitude<T>(rc, models, slot);
+  if (magnitude == 0) {
+    *bad = true;
+    return 0;
   }
+  uint32_t negative;
+  const uint64_t run = DecodeRun(rc, models.runs[slot], models.long_run, &negative);
+  StoreElem<T>(bits, i, ApplyStep<T>(old_bits, negative, magnitude, spec.is_float));
+  ++*done;
+  return run;
+}
+
+// The scalar path: walks every element, counting each class down to its next change.
+template <typename T, typename ClassFn>
+Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, DecodeState& st,
+                    const uint64_t* first_runs, uint8_t* bits) {
   const uint32_t lo = h.class_lo;
-  const uint32_t hi = h.class_hi;
-  Models models(hi - lo + 1);
-  RangeDecoder rc(body, len);
   // Remaining unchanged members before each class's next change; classes outside [lo, hi]
   // have no changes and never count down to 0.
   uint64_t remaining[kNumClasses];
   std::fill(std::begin(remaining), std::end(remaining), ~uint64_t{0});
-  for (uint32_t c = lo; c <= hi; ++c) {
-    remaining[c] = DecodeNumber(rc, models.first_run) - 1;
-  }
-  uint64_t done = 0;
-  for (uint64_t i = 0; i < h.n && done < h.k; ++i) {
+  for (uint32_t c = lo; c <= h.class_hi; ++c) remaining[c] = first_runs[c - lo];
+  for (uint64_t i = 0; i < h.n && st.done < h.k; ++i) {
     const T old_bits = LoadElem<T>(bits, i);
     const uint32_t c = cls(old_bits);
     if (remaining[c] != 0) {
       --remaining[c];
       continue;
     }
-    const uint64_t magnitude = DecodeMagnitude<T>(rc, models, c - lo);
-    if (magnitude == 0) {
-      return Status::Corrupt("ctx payload codes a step larger than the dtype at element " +
-                             std::to_string(i));
+    bool bad = false;
+    remaining[c] =
+        ApplyChange<T>(st.rc, st.models, &st.done, spec, c - lo, bits, i, old_bits, &bad);
+    if (bad) return StepTooLarge(i);
+  }
+  return Status::OK();
+}
+
+// One class (integers, bool): the run is the distance to the next change, no counting at all.
+template <typename T>
+Status DecodeJumps(const Header& h, const DTypeSpec& spec, DecodeState& st,
+                   const uint64_t* first_runs, uint8_t* bits) {
+  // A forged class range without class 0 has no change that could fire.
+  uint64_t i = h.class_lo == 0 ? first_runs[0] : h.n;
+  while (st.done < h.k && i < h.n) {
+    bool bad = false;
+    const uint64_t run =
+        ApplyChange<T>(st.rc, st.models, &st.done, spec, 0, bits, i, LoadElem<T>(bits, i), &bad);
+    if (bad) return StepTooLarge(i);
+    i = run >= h.n - i ? h.n : i + 1 + run;
+  }
+  return Status::OK();
+}
+
+#if defined(__x86_64__)
+// The block path: per block of 64 elements, every class of [lo, hi] subtracts its member count
+// from its countdown; a countdown that goes negative has its next change in the block, found by
+// select on the class's mask. Changes of the block are then applied in position order (a class
+// can change several times in one block). Countdowns are clamped to n: a longer one (only a
+// forged payload has it) never reaches 0 within the record either.
+template <typename T, typename ClassFn, typename Ops>
+CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassFn cls,
+                                  RangeDecoder& rc, Models& models, uint64_t& done,
+                                  const uint64_t* first_runs, uint8_t* bits) {
+  const uint32_t lo = h.class_lo;
+  const uint32_t classes = h.class_hi - lo + 1;  // <= kMaxBlockClasses
+  const uint64_t n = h.n;
+  int64_t remaining[kMaxBlockClasses] = {};  // (zeros past `classes`: Ops::Negatives reads them)
+  for (uint32_t slot = 0; slot < classes; ++slot) {
+    remaining[slot] = static_cast<int64_t>(std::min(first_runs[slot], n));
+  }
+  alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
+  for (uint64_t base = 0; base < n; base += kBlockElems) {
+    uint64_t valid = ~uint64_t{0};
+    const uint8_t* src = bits + base * sizeof(T);
+    if (n - base < kBlockElems) {  // the last, partial block: from a zero-padded copy
+      std::memcpy(tail, src, (n - base) * sizeof(T));
+      src = tail;
+      valid = (uint64_t{1} << (n - base)) - 1;
     }
-    uint32_t negative;
-    remaining[c] = DecodeRun(rc, models.runs[c - lo], models.long_run, &negative);
-    StoreElem<T>(bits, i, ApplyStep<T>(old_bits, negative, magnitude, spec.is_float));
-    ++done;
+    typename Ops::Classes v;
+    Ops::template Load<T>(src, cls, &v);
+    int64_t any = 0;
+    for (uint32_t slot = 0; slot < classes; ++slot) {
+      remaining[slot] -= Ops::Pop(Ops::Mask(v, lo + slot) & valid);
+      any |= remaining[slot];
+    }
+    if (any >= 0) continue;  // no class reaches its next change here
+    uint64_t events = 0;     // the positions of the block's next changes, one per class
+    for (uint64_t fired = Ops::Negatives(remaining, classes); fired != 0; fired &= fired - 1) {
+      const uint32_t slot = static_cast<uint32_t>(__builtin_ctzll(fired));
+      const uint64_t m = Ops::Mask(v, lo + slot) & valid;
+      const int64_t skip = remaining[slot] + Ops::Pop(m);
+      events |= uint64_t{1} << Ops::Select(m, static_cast<uint64_t>(skip));
+    }
+    while (events != 0) {
+      const uint32_t at = static_cast<uint32_t>(__builtin_ctzll(events));
+      events &= events - 1;
+      const uint64_t i = base + at;
+      const T old_bits = LoadElem<T>(bits, i);
+      const uint32_t c = cls(old_bits);
+      bool bad = false;
+      const uint64_t run = ApplyChange<T>(rc, models, &done, spec, c - lo, bits, i, old_bits, &bad);
+      if (bad) return StepTooLarge(i);
+      if (done == h.k) return Status::OK();
+      // The class's members after `at` in this block: the next change may be among them.
+      const uint64_t after = Ops::Mask(v, c) & valid & ((~uint64_t{0} << at) << 1);
+      const uint32_t members = Ops::Pop(after);
+      if (run < members) {
+        events |= uint64_t{1} << Ops::Select(after, run);
+      } else {
+        remaining[c - lo] = static_cast<int64_t>(std::min(run - members, n));
+      }
+    }
   }
-  if (done != h.k) {
+  return Status::OK();
+}
+
+template <typename T, typename ClassFn, typename Ops>
+CTX_INLINE Status DecodeBlocks(const Header& h, const DTypeSpec& spec, ClassFn cls, DecodeState& st,
+                               const uint64_t* first_runs, uint8_t* bits) {
+  RangeDecoder rc = st.rc;
+  uint64_t done = st.done;
+  Status status =
+      DecodeBlockLoop<T, ClassFn, Ops>(h, spec, cls, rc, st.models, done, first_runs, bits);
+  st.rc = rc;
+  st.done = done;
+  return status;
+}
+
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX2 __attribute__((flatten)) Status DecodeBlocksAvx2(const Header& h,
+                                                                 const DTypeSpec& spec, ClassFn cls,
+                                                                 DecodeState& st,
+                                                                 const uint64_t* first_runs,
+                                                                 uint8_t* bits) {
+  return DecodeBlocks<T, ClassFn, Avx2Ops>(h, spec, cls, st, first_runs, bits);
+}
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX512 __attribute__((flatten)) Status DecodeBlocksAvx512(const Header& h,
+                                                                     const DTypeSpec& spec,
+                                                                     ClassFn cls, DecodeState& st,
+                                                                     const uint64_t* first_runs,
+                                                                     uint8_t* bits) {
+  return DecodeBlocks<T, ClassFn, Avx512Ops>(h, spec, cls, st, first_runs, bits);
+}
+#endif
+
+template <typename T, typename ClassFn>
+Status DecodeBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls,
+                  const uint8_t* body, uint64_t len, uint8_t* bits) {
+  if (h.k == 0) {
+    if (len != 0) return Status::Corrupt("ctx payload has bytes after an empty delta");
+    return Status::OK();
+  }
+  DecodeState st(h, body, len);
+  uint64_t first_runs[kNumClasses];
+  for (uint32_t c = h.class_lo; c <= h.class_hi; ++c) {
+    first_runs[c - h.class_lo] = DecodeNumber(st.rc, st.models.first_run) - 1;
+  }
+  const uint32_t classes = h.class_hi - h.class_lo + 1;
+
+  Status status;
+  if constexpr (ClassFn::kSingle) {
+    status = path == Path::kScalar ? DecodeScalar<T>(h, spec, cls, st, first_runs, bits)
+                                   : DecodeJumps<T>(h, spec, st, first_runs, bits);
+  } else {
+#if defined(__x86_64__)
+    if (path == Path::kAvx512 && classes <= kMaxBlockClasses) {
+      status = DecodeBlocksAvx512<T>(h, spec, cls, st, first_runs, bits);
+    } else if (path == Path::kAvx2 && classes <= kMaxBlockClasses) {
+      status = DecodeBlocksAvx2<T>(h, spec, cls, st, first_runs, bits);
+    } else {
+      status = DecodeScalar<T>(h, spec, cls, st, first_runs, bits);
+    }
+#else
+    (void)classes;
+    status = DecodeScalar<T>(h, spec, cls, st, first_runs, bits);
+#endif
+  }
+  RETURN_NOT_OK(status);
+  if (st.done != h.k) {
     return Status::Corrupt("ctx payload promises " + std::to_string(h.k) + " changes but codes " +
-                           std::to_string(done));
+                           std::to_string(st.done));
   }
-  if (!rc.ConsumedExactly()) {
+  if (!st.rc.ConsumedExactly()) {
     return Status::Corrupt("ctx payload's coded stream does not end where the changes do");
   }
   return Status::OK();
@@ -713,6 +1055,11 @@ uint64_t MaxEncodedSize(const refit_encode_input_t& in) {
 }
 
 Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) {
+  return EncodeAt(kernels::ActiveSimdLevel(), in, out, cap);
+}
+
+Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& in, uint8_t* out,
+                          uint64_t cap) {
   ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckEncodeInput(in));
   if (sdk::IsFullSync(in)) return sdk::RefuseFullSync("ctx");
   ASSIGN_OR_RAISE(const DTypeSpec* spec, CheckedSpec(in.dtype, in.elem_size, "encode input"));
@@ -732,10 +1079,11 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
   const uint64_t limit = std::min(cap, literal_size);
   if (coded_header < limit) {
     const uint64_t body_cap = limit - coded_header;
-    ASSIGN_OR_RAISE(
-        uint64_t body, WithDType(in.dtype, *spec, [&](auto elem, auto cls) -> Result<uint64_t> {
-          return EncodeBody<decltype(elem)>(in, *spec, cls, &h, out + coded_header, body_cap);
-        }));
+    ASSIGN_OR_RAISE(uint64_t body,
+                    WithDType(in.dtype, *spec, [&](auto elem, auto cls) -> Result<uint64_t> {
+                      return EncodeBody<decltype(elem)>(PathFor(level), in, *spec, cls, &h,
+                                                        out + coded_header, body_cap);
+                    }));
     if (body <= body_cap && coded_header + body < literal_size) {
       out[0] = kFormatVersion;
       out[5] = kModeCoded;
@@ -760,6 +1108,11 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 }
 
 Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) {
+  return DecodeAt(kernels::ActiveSimdLevel(), payload, len, target);
+}
+
+Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
+                const refit_decode_target_t& target) {
   ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckDecodeTarget(target));
   ASSIGN_OR_RAISE(const DTypeSpec* spec,
                   CheckedSpec(target.dtype, target.elem_size, "decode target"));
@@ -823,7 +1176,7 @@ Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t&
   }
   return WithDType(target.dtype, *spec, [&](auto elem, auto cls) -> Status {
     // class_hi < kNumClasses (one byte): every class indexes the tables.
-    return DecodeBody<decltype(elem)>(h, *spec, cls, payload + at, len - at, bits);
+    return DecodeBody<decltype(elem)>(PathFor(level), h, *spec, cls, payload + at, len - at, bits);
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "refit/kernels/dispatch.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
 
@@ -25,5 +26,14 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 // checksum, header and every count are validated before the first write, and no write ever
 // leaves the target.
 Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target);
+
+// Encode / Decode walking the elements at an explicit kernel level (an unsupported one runs the
+// best supported one): scalar counts every element's class one by one (the reference), AVX2 and
+// AVX-512 count blocks of 64 (ctx_blocks.h). The payload and the decoded bits are identical at
+// every level; Encode / Decode use kernels::ActiveSimdLevel() (REFIT_KERNELS forces it).
+Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& in, uint8_t* out,
+                          uint64_t cap);
+Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
+                const refit_decode_target_t& target);
 
 }  // namespace refit::ctx

@@ -1,0 +1,245 @@
+// The `ctx` codec's kernel levels agree (plugins/encodings/ctx/ctx_codec.cc is compiled into this
+// binary): the scalar path (every element's class counted one by one) is the reference, the
+// AVX2 and AVX-512 block paths (ctx_blocks.h) must produce the same payload byte for byte and
+// decode every payload, valid or forged, to the same bits with the same verdict. Levels the CPU
+// lacks run the best supported one, so on such a machine some comparisons are with itself.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctx_codec.h"
+#include "refit/kernels/diff.h"
+#include "refit/kernels/dispatch.h"
+#include "refit/sdk/encoding_util.hpp"
+
+namespace refit {
+namespace {
+
+using kernels::SimdLevel;
+
+constexpr SimdLevel kLevels[] = {SimdLevel::kScalar, SimdLevel::kSse2, SimdLevel::kAvx2,
+                                 SimdLevel::kAvx512};
+constexpr uint32_t kElemSizes[12] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1};
+
+struct Case {
+  int32_t dtype = REFIT_DTYPE_BF16;
+  uint32_t elem_size = 2;
+  std::vector<uint8_t> old_bits;
+  std::vector<uint8_t> new_bits;
+  std::vector<uint64_t> positions;
+
+  uint64_t n() const { return old_bits.size() / elem_size; }
+  refit_encode_input_t Input() {
+    positions.clear();
+    refit_encode_input_t in{};
+    in.struct_size = sizeof(in);
+    in.dtype = dtype;
+    in.elem_size = elem_size;
+    in.n_elems = n();
+    in.old_bits = old_bits.data();
+    in.new_bits = new_bits.data();
+    in.n_changed =
+        kernels::DiffPositions(old_bits.data(), new_bits.data(), n(), elem_size, &positions);
+    in.positions = positions.data();
+    return in;
+  }
+  refit_decode_target_t Target(std::vector<uint8_t>* bits) const {
+    refit_decode_target_t t{};
+    t.struct_size = sizeof(t);
+    t.dtype = dtype;
+    t.elem_size = elem_size;
+    t.n_elems = n();
+    t.bits = bits->data();
+    return t;
+  }
+};
+
+uint64_t Load(const std::vector<uint8_t>& v, uint64_t i, uint32_t size) {
+  uint64_t x = 0;
+  std::memcpy(&x, v.data() + i * size, size);
+  return x;
+}
+void Store(std::vector<uint8_t>& v, uint64_t i, uint32_t size, uint64_t x) {
+  std::memcpy(v.data() + i * size, &x, size);
+}
+
+// Old bits: mostly "weights" (a narrow band of exponents, so the block paths run), some special
+// patterns (+-0, +-inf, NaNs, subnormals, all ones) and some random ones. Changes at `density`:
+// one-step moves of the low bits, a few random bit patterns and sign flips.
+Case MakeCase(int32_t dtype, uint64_t n, double density, uint64_t seed, bool wide_exponents) {
+  Case c;
+  c.dtype = dtype;
+  c.elem_size = kElemSizes[dtype - REFIT_DTYPE_BOOL];
+  const uint32_t size = c.elem_size;
+  const uint64_t top = uint64_t{1} << (size * 8 - 1);
+  std::mt19937_64 rng(seed);
+  c.old_bits.resize(n * size);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    uint64_t x = 0;
+    switch (r % 16) {
+      case 0:
+        x = 0;  // +0
+        break;
+      case 1:
+        x = top;  // -0
+        break;
+      case 2:
+        x = ~uint64_t{0};  // all ones (a NaN for floats)
+        break;
+      case 3:
+        x = (top - 1) >> (r % 7);  // NaN / inf / large exponents
+        break;
+      case 4:
+        x = rng() & 0xff;  // subnormals, small integers
+        break;
+      case 5:
+        x = rng();  // anything
+        break;
+      default:
+        // Weights: the top 5 bits fixed, so exponents stay in a band of at most 16 classes.
+        x = wide_exponents ? rng() : (top >> 2) ^ (rng() & ((uint64_t{1} << (size * 8 - 5)) - 1));
+        if (r & 1) x |= top;
+        break;
+    }
+    Store(c.old_bits, i, size, x);
+  }
+  c.new_bits = c.old_bits;
+  std::uniform_real_distribution<double> u(0, 1);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (u(rng) >= density) continue;
+    const uint64_t x = Load(c.old_bits, i, size);
+    const uint64_t r = rng() % 10;
+    uint64_t y = r < 7 ? x + (r & 1 ? 1 : ~uint64_t{0}) : r == 7 ? x ^ top : rng();
+    if (y == x) y = x ^ 1;
+    Store(c.new_bits, i, size, y);
+  }
+  return c;
+}
+
+std::string Name(SimdLevel level) { return kernels::SimdLevelName(level); }
+
+// Every level's payload equals the scalar one, and every level decodes it to the new bits.
+void ExpectLevelsAgree(Case& c, const std::string& what) {
+  const refit_encode_input_t in = c.Input();
+  std::vector<uint8_t> reference;
+  for (SimdLevel level : kLevels) {
+    std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
+    Result<uint64_t> size = ctx::EncodeAt(level, in, out.data(), out.size());
+    ASSERT_TRUE(size.ok()) << what << " at " << Name(level) << ": " << size.status().ToString();
+    out.resize(*size);
+    if (level == SimdLevel::kScalar) {
+      reference = out;
+    } else {
+      ASSERT_EQ(out, reference) << what << ": the " << Name(level)
+                                << " payload differs from the scalar one";
+    }
+  }
+  for (SimdLevel level : kLevels) {
+    std::vector<uint8_t> bits = c.old_bits;
+    Status st = ctx::DecodeAt(level, reference.data(), reference.size(), c.Target(&bits));
+    ASSERT_TRUE(st.ok()) << what << " at " << Name(level) << ": " << st.ToString();
+    ASSERT_TRUE(bits == c.new_bits) << what << ": " << Name(level) << " decode is not bit-exact";
+  }
+}
+
+TEST(CtxLevels, PayloadsAndBitsAgreeOnEveryDtype) {
+  // Sizes around the 64-element blocks (partial last block, exactly one block, one more).
+  const uint64_t sizes[] = {1, 2, 63, 64, 65, 97, 128, 1000, 4096 + 13};
+  const double densities[] = {0.002, 0.03, 0.4, 1.0};
+  uint64_t seed = 1;
+  for (int32_t dtype = REFIT_DTYPE_BOOL; dtype <= REFIT_DTYPE_F8_E5M2; ++dtype) {
+    for (uint64_t n : sizes) {
+      for (double density : densities) {
+        for (bool wide : {false, true}) {
+          Case c = MakeCase(dtype, n, density, seed++, wide);
+          ExpectLevelsAgree(c, "dtype " + std::to_string(dtype) + ", n " + std::to_string(n) +
+                                   ", density " + std::to_string(density) +
+                                   (wide ? ", wide exponents" : ""));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(CtxLevels, ChangesAtTheEdgesAndInRuns) {
+  for (int32_t dtype :
+       {REFIT_DTYPE_BF16, REFIT_DTYPE_F32, REFIT_DTYPE_F8_E4M3, REFIT_DTYPE_F64, REFIT_DTYPE_I32}) {
+    Case c = MakeCase(dtype, 3 * 64 + 5, 0, 7, false);
+    const uint32_t size = c.elem_size;
+    // First and last element, a whole block, and several changes of one class in one block.
+    for (uint64_t i : {uint64_t{0}, c.n() - 1})
+      Store(c.new_bits, i, size, Load(c.old_bits, i, size) + 1);
+    for (uint64_t i = 64; i < 128; ++i) Store(c.new_bits, i, size, Load(c.old_bits, i, size) ^ 1);
+    for (uint64_t i = 130; i < 190; i += 3) {
+      Store(c.new_bits, i, size, Load(c.old_bits, i, size) - 1);
+    }
+    ExpectLevelsAgree(c, "edges, dtype " + std::to_string(dtype));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Forged payloads (valid checksum, mutated body): every level gives the same verdict, the same
+// message and the same bits, and none writes outside the target.
+TEST(CtxLevels, ForgedPayloadsDecodeIdenticallyAtEveryLevel) {
+  constexpr size_t kGuard = 64;
+  constexpr uint8_t kGuardByte = 0xA5;
+  std::mt19937_64 rng(99);
+  for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F16, REFIT_DTYPE_F32, REFIT_DTYPE_F64,
+                        REFIT_DTYPE_F8_E5M2, REFIT_DTYPE_U8}) {
+    Case c = MakeCase(dtype, 200, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
+    const refit_encode_input_t in = c.Input();
+    std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));
+    Result<uint64_t> size = ctx::EncodeAt(SimdLevel::kScalar, in, valid.data(), valid.size());
+    ASSERT_TRUE(size.ok());
+    valid.resize(*size);
+    ASSERT_EQ(valid[5], 0) << "expected a coded payload";
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<uint8_t> forged = valid;
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits; ++e) {
+        const size_t at = 7 + rng() % (forged.size() - 7);  // after version, checksum, mode, dtype
+        forged[at] = static_cast<uint8_t>(rng());
+      }
+      if (trial % 5 == 0) forged.resize(forged.size() - 1 - rng() % 3);
+      const uint64_t digest = kernels::Digest64(forged.data() + 5, forged.size() - 5);
+      sdk::StoreLE<uint32_t>(forged.data() + 1, static_cast<uint32_t>(digest));
+
+      std::vector<uint8_t> reference_bits;
+      Status reference;
+      for (SimdLevel level : kLevels) {
+        std::vector<uint8_t> buf(c.old_bits.size() + 2 * kGuard, kGuardByte);
+        std::memcpy(buf.data() + kGuard, c.old_bits.data(), c.old_bits.size());
+        refit_decode_target_t t{};
+        t.struct_size = sizeof(t);
+        t.dtype = c.dtype;
+        t.elem_size = c.elem_size;
+        t.n_elems = c.n();
+        t.bits = buf.data() + kGuard;
+        Status st = ctx::DecodeAt(level, forged.data(), forged.size(), t);
+        for (size_t g = 0; g < kGuard; ++g) {
+          ASSERT_EQ(buf[g], kGuardByte) << Name(level) << " wrote before the target";
+          ASSERT_EQ(buf[kGuard + c.old_bits.size() + g], kGuardByte)
+              << Name(level) << " wrote after the target";
+        }
+        std::vector<uint8_t> bits(buf.begin() + kGuard, buf.end() - kGuard);
+        if (level == SimdLevel::kScalar) {
+          reference = st;
+          reference_bits = bits;
+        } else {
+          ASSERT_EQ(st.ToString(), reference.ToString())
+              << "dtype " << dtype << " trial " << trial << " at " << Name(level);
+          ASSERT_TRUE(bits == reference_bits) << "dtype " << dtype << " trial " << trial << ": "
+                                              << Name(level) << " decoded other bits than scalar";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace refit
