@@ -1,5 +1,6 @@
 #include "refit/delta.h"
 
+#include <algorithm>
 #include <map>
 
 #include "engine.h"
@@ -25,6 +26,11 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
         return Status::OK();
       },
       options.threads == 0 ? DeltaWriter::ResolveThreads(0) : options.threads);
+  // One payload holds everything: sized for a sparse delta (typically a few percent of the model;
+  // a denser one grows it as needed).
+  uint64_t model_bytes = 0;
+  for (const TensorView& t : next) model_bytes += t.nbytes();
+  writer.ReserveOutput(std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
   for (const TensorView& t : next) {
     auto it = base_by_name.find(t.name);
     const bool same =

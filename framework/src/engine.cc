@@ -287,11 +287,12 @@ struct DeltaWriter::Slot {
   bool done = false;     // computed (guarded by slot_mu_)
   std::shared_ptr<const SliceSource> src;
   Box rel;
-  std::vector<uint8_t> old_scratch;
-  std::vector<uint8_t> new_scratch;
-  std::vector<uint64_t> positions;
-  std::vector<uint8_t> best;
-  std::vector<uint8_t> trial;
+  // Scratch is overwritten before it is read: no zero-fill when it grows.
+  kernels::UninitVector<uint8_t> old_scratch;
+  kernels::UninitVector<uint8_t> new_scratch;
+  kernels::PositionList positions;
+  kernels::UninitVector<uint8_t> best;
+  kernels::UninitVector<uint8_t> trial;
   std::vector<uint64_t> sizes;
   // Results.
   Status status;
@@ -406,8 +407,15 @@ void DeltaWriter::Compute(Slot& slot) {
   }
   slot.positions.clear();
   uint64_t changed = n;
+  uint64_t digest = 0;
   if (old_bits != nullptr) {
-    changed = kernels::DiffPositions(old_bits, new_bits, n, elem, &slot.positions);
+    // One pass: each block of the new bits is digested while the diff has it in cache.
+    const kernels::DiffDigest d =
+        kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions);
+    changed = d.changed;
+    digest = d.digest;
+  } else {
+    digest = kernels::Digest64(new_bits, n * elem);
   }
   slot.diff_seconds = diff_clock.Seconds();
   slot.encode_seconds = 0;
@@ -434,14 +442,14 @@ void DeltaWriter::Compute(Slot& slot) {
   h.box_offset = rel.offset;
   for (size_t d = 0; d < rel.offset.size(); ++d) h.box_offset[d] += s.canonical_offset[d];
   h.box_extent = rel.extent;
-  h.digest = kernels::Digest64(new_bits, n * elem);
+  h.digest = digest;
   h.create = old_bits == nullptr;
 
   // Encoded into scratch first: a record the encoding would make at least as large as the bits
   // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
   // dense copy is made at commit, straight into the payload.
   if (old_bits == nullptr || (single_ == nullptr && auto_ == nullptr)) return;
-  auto encode = [&](const Encoding* enc, std::vector<uint8_t>& out) -> Result<uint64_t> {
+  auto encode = [&](const Encoding* enc, kernels::UninitVector<uint8_t>& out) -> Result<uint64_t> {
     uint64_t cap = enc->MaxEncodedSize(in);
     if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");
     out.resize(cap);

@@ -118,6 +118,11 @@ class DeltaWriter {
 
   Status Add(const SliceSource& slice);
   Status Finish();  // waits for every chunk, flushes the last partial payload
+  // Sizes the payload being built for about `bytes` up front (before the first Add): one
+  // allocation instead of a chain of reallocations, each copying and faulting in fresh pages.
+  void ReserveOutput(uint64_t bytes) {
+    if (builder_.empty()) builder_.Reserve(bytes);
+  }
 
   uint64_t total_elements = 0;
   uint64_t changed_elements = 0;

@@ -43,6 +43,23 @@ inline void ByElem(uint32_t elem_size, Fn&& fn) {
   }
 }
 
+// Runs body(j) for j in [0, k), calling prefetch(j + kPrefetchAhead) first while that index
+// exists. Gathers and scatters at ~1% density touch a new cache line almost every element, in
+// ascending but irregular order the hardware prefetchers do not follow: requesting lines a few
+// dozen elements ahead keeps many misses in flight instead of stalling on each.
+constexpr uint64_t kPrefetchAhead = 32;
+
+template <typename Prefetch, typename Body>
+inline void ForEachPrefetched(uint64_t k, Prefetch&& prefetch, Body&& body) {
+  const uint64_t with_prefetch = k > kPrefetchAhead ? k - kPrefetchAhead : 0;
+  uint64_t j = 0;
+  for (; j < with_prefetch; ++j) {
+    prefetch(j + kPrefetchAhead);
+    body(j);
+  }
+  for (; j < k; ++j) body(j);
+}
+
 template <typename W>
 uint64_t EncodeGapsT(const uint64_t* positions, uint64_t k, uint8_t* out) {
   constexpr uint64_t kEscape = GapEscape(sizeof(W));
@@ -224,9 +241,11 @@ void GatherValues(const void* bits, uint32_t elem_size, const uint64_t* position
   const auto* src = static_cast<const uint8_t*>(bits);
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    for (uint64_t j = 0; j < k; ++j) {
-      StoreLE<U>(values + j * sizeof(U), LoadLE<U>(src + positions[j] * sizeof(U)));
-    }
+    ForEachPrefetched(
+        k, [&](uint64_t ahead) { __builtin_prefetch(src + positions[ahead] * sizeof(U)); },
+        [&](uint64_t j) {
+          StoreLE<U>(values + j * sizeof(U), LoadLE<U>(src + positions[j] * sizeof(U)));
+        });
   });
 }
 
@@ -236,10 +255,38 @@ void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
   const auto* b = static_cast<const uint8_t*>(new_bits);
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    for (uint64_t j = 0; j < k; ++j) {
-      const uint64_t at = positions[j] * sizeof(U);
-      StoreLE<U>(values + j * sizeof(U), static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at)));
-    }
+    ForEachPrefetched(
+        k,
+        [&](uint64_t ahead) {
+          __builtin_prefetch(a + positions[ahead] * sizeof(U));
+          __builtin_prefetch(b + positions[ahead] * sizeof(U));
+        },
+        [&](uint64_t j) {
+          const uint64_t at = positions[j] * sizeof(U);
+          StoreLE<U>(values + j * sizeof(U), static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at)));
+        });
+  });
+}
+
+void GatherXorPlanes(const void* old_bits, const void* new_bits, uint32_t elem_size,
+                     const uint64_t* positions, uint64_t k, uint8_t* planes) {
+  const auto* a = static_cast<const uint8_t*>(old_bits);
+  const auto* b = static_cast<const uint8_t*>(new_bits);
+  ByElem(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    ForEachPrefetched(
+        k,
+        [&](uint64_t ahead) {
+          __builtin_prefetch(a + positions[ahead] * sizeof(U));
+          __builtin_prefetch(b + positions[ahead] * sizeof(U));
+        },
+        [&](uint64_t j) {
+          const uint64_t at = positions[j] * sizeof(U);
+          const U x = static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at));
+          for (uint32_t byte = 0; byte < sizeof(U); ++byte) {
+            planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
+          }
+        });
   });
 }
 
@@ -248,9 +295,11 @@ void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions,
   auto* dst = static_cast<uint8_t*>(bits);
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    for (uint64_t j = 0; j < k; ++j) {
-      StoreLE<U>(dst + positions[j] * sizeof(U), LoadLE<U>(values + j * sizeof(U)));
-    }
+    ForEachPrefetched(
+        k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
+        [&](uint64_t j) {
+          StoreLE<U>(dst + positions[j] * sizeof(U), LoadLE<U>(values + j * sizeof(U)));
+        });
   });
 }
 
@@ -259,10 +308,12 @@ void ScatterXor(void* bits, uint32_t elem_size, const uint64_t* positions, uint6
   auto* dst = static_cast<uint8_t*>(bits);
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    for (uint64_t j = 0; j < k; ++j) {
-      uint8_t* p = dst + positions[j] * sizeof(U);
-      StoreLE<U>(p, static_cast<U>(LoadLE<U>(p) ^ LoadLE<U>(values + j * sizeof(U))));
-    }
+    ForEachPrefetched(
+        k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
+        [&](uint64_t j) {
+          uint8_t* p = dst + positions[j] * sizeof(U);
+          StoreLE<U>(p, static_cast<U>(LoadLE<U>(p) ^ LoadLE<U>(values + j * sizeof(U))));
+        });
   });
 }
 

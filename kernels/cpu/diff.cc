@@ -26,13 +26,11 @@
 #define REFIT_KERNELS_X86 1
 #endif
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 namespace refit::kernels {
 namespace {
 
 constexpr uint64_t kBlock = 64;
+constexpr uint64_t kPrefetchBytes = 2048;  // how far ahead of the diff the reads are requested
 
 template <typename U>
 inline U Load(const uint8_t* p) {
@@ -252,34 +250,31 @@ inline uint64_t ExtractPositions(uint64_t mask, uint64_t base, uint64_t* dst) {
 // caller compiled for its ISA.
 using BlockMaskFn = uint64_t (*)(const uint8_t*, const uint8_t*);
 
+// Writes base + the index of every differing element among the first n to out (room for
+// n + kBlock: ExtractPositions may write a few entries past the last one), returns how many.
+// Every block goes through ExtractPositions, changed or not: at ~1% density about half the blocks
+// of 2-byte elements change, so a "skip empty blocks" branch would mispredict every other block.
 template <typename U, BlockMaskFn Mask>
 [[gnu::always_inline]] inline uint64_t DiffLoop(const uint8_t* a, const uint8_t* b, uint64_t n,
-                                                std::vector<uint64_t>* positions) {
-  const size_t before = positions->size();
-  size_t out = before;
-  // Positions are written through a raw pointer into slack kept at the end of the vector (grown
-  // geometrically, trimmed at the end): no per-position capacity check.
-  auto ensure_room = [&] {
-    if (positions->size() - out < kBlock) positions->resize(out + kBlock + (out - before));
-  };
+                                                uint64_t base, uint64_t* out) {
+  uint64_t k = 0;
   const uint64_t full_blocks = n / kBlock;
   for (uint64_t blk = 0; blk < full_blocks; ++blk) {
     const uint64_t offset = blk * kBlock * sizeof(U);
-    const uint64_t mask = Mask(a + offset, b + offset);
-    if (mask == 0) continue;
-    ensure_room();
-    out += ExtractPositions(mask, blk * kBlock, positions->data() + out);
+    // Requests ahead of the loads: the position extraction fills the out-of-order window, which
+    // would otherwise keep fewer memory reads in flight than the plain compare-scan does.
+    for (uint64_t line = 0; line < kBlock * sizeof(U); line += 64) {
+      __builtin_prefetch(a + offset + kPrefetchBytes + line);
+      __builtin_prefetch(b + offset + kPrefetchBytes + line);
+    }
+    k += ExtractPositions(Mask(a + offset, b + offset), base + blk * kBlock, out + k);
   }
   const uint64_t done = full_blocks * kBlock;
   if (done < n) {
     const uint64_t mask = ScalarMask<U>(a + done * sizeof(U), b + done * sizeof(U), n - done);
-    if (mask != 0) {
-      ensure_room();
-      out += ExtractPositions(mask, done, positions->data() + out);
-    }
+    if (mask != 0) k += ExtractPositions(mask, base + done, out + k);
   }
-  positions->resize(out);
-  return out - before;
+  return k;
 }
 
 template <typename U, BlockMaskFn Mask>
@@ -297,7 +292,7 @@ template <typename U, BlockMaskFn Mask>
   return count;
 }
 
-using DiffFn = uint64_t (*)(const uint8_t*, const uint8_t*, uint64_t, std::vector<uint64_t>*);
+using DiffFn = uint64_t (*)(const uint8_t*, const uint8_t*, uint64_t n, uint64_t base, uint64_t*);
 using CountFn = uint64_t (*)(const uint8_t*, const uint8_t*, uint64_t);
 
 // One level's entry points, indexed by log2(elem_size).
@@ -309,9 +304,9 @@ struct LevelKernels {
 // Defines Diff<Name><U> / Count<Name><U> and their table for one level, with its target attribute.
 #define REFIT_DEFINE_LEVEL(Name, ATTR, MASK)                                                       \
   template <typename U>                                                                            \
-  ATTR uint64_t Diff##Name(const uint8_t* a, const uint8_t* b, uint64_t n,                         \
-                           std::vector<uint64_t>* positions) {                                     \
-    return DiffLoop<U, &MASK<U>>(a, b, n, positions);                                              \
+  ATTR uint64_t Diff##Name(const uint8_t* a, const uint8_t* b, uint64_t n, uint64_t base,          \
+                           uint64_t* out) {                                                        \
+    return DiffLoop<U, &MASK<U>>(a, b, n, base, out);                                              \
   }                                                                                                \
   template <typename U>                                                                            \
   ATTR uint64_t Count##Name(const uint8_t* a, const uint8_t* b, uint64_t n) {                      \
@@ -407,6 +402,33 @@ int ElemIndex(uint32_t elem_size) {
   }
 }
 
+// The walk shared by DiffPositions and DiffPositionsAndDigest: blocks of kWalkBytes of new bits
+// (a multiple of the 64-element mask block at every element size), each diffed into room kept at
+// the end of *positions (grown geometrically, trimmed at the end: no per-position capacity check)
+// and then, while still in L1, fed to the digest if there is one.
+constexpr uint64_t kWalkBytes = 16384;
+
+template <typename Vec>
+uint64_t DiffInBlocks(DiffFn diff, const void* old_bits, const void* new_bits, uint64_t n,
+                      uint32_t elem_size, Vec* positions, DigestStream* digest) {
+  const auto* a = static_cast<const uint8_t*>(old_bits);
+  const auto* b = static_cast<const uint8_t*>(new_bits);
+  const uint64_t step = kWalkBytes / elem_size;
+  const size_t before = positions->size();
+  size_t out = before;
+  for (uint64_t i = 0; i < n; i += step) {
+    const uint64_t m = n - i < step ? n - i : step;
+    if (positions->size() - out < m + kBlock) {
+      const size_t want = out + m + kBlock;
+      positions->resize(want > 2 * positions->size() ? want : 2 * positions->size());
+    }
+    out += diff(a + i * elem_size, b + i * elem_size, m, i, positions->data() + out);
+    if (digest != nullptr) digest->Update(b + i * elem_size, m * elem_size);
+  }
+  positions->resize(out);
+  return out - before;
+}
+
 }  // namespace
 
 const char* SimdLevelName(SimdLevel level) {
@@ -436,8 +458,8 @@ uint64_t DiffPositionsAt(SimdLevel level, const void* old_bits, const void* new_
                          uint32_t elem_size, std::vector<uint64_t>* positions) {
   const int e = ElemIndex(elem_size);
   if (e < 0) return 0;
-  return KernelsFor(level).diff[e](static_cast<const uint8_t*>(old_bits),
-                                   static_cast<const uint8_t*>(new_bits), n, positions);
+  return DiffInBlocks(KernelsFor(level).diff[e], old_bits, new_bits, n, elem_size, positions,
+                      nullptr);
 }
 
 uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits, uint64_t n,
@@ -448,12 +470,23 @@ uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits
                                     static_cast<const uint8_t*>(new_bits), n);
 }
 
+DiffDigest DiffPositionsAndDigestAt(SimdLevel level, const void* old_bits, const void* new_bits,
+                                    uint64_t n, uint32_t elem_size, PositionList* positions) {
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return {};
+  DigestStream digest(level);
+  DiffDigest r;
+  r.changed =
+      DiffInBlocks(KernelsFor(level).diff[e], old_bits, new_bits, n, elem_size, positions, &digest);
+  r.digest = digest.Final();
+  return r;
+}
+
 uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size,
                        std::vector<uint64_t>* positions) {
   const int e = ElemIndex(elem_size);
   if (e < 0) return 0;
-  return Active().diff[e](static_cast<const uint8_t*>(old_bits),
-                          static_cast<const uint8_t*>(new_bits), n, positions);
+  return DiffInBlocks(Active().diff[e], old_bits, new_bits, n, elem_size, positions, nullptr);
 }
 
 uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size) {
@@ -463,22 +496,9 @@ uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint3
                            static_cast<const uint8_t*>(new_bits), n);
 }
 
-uint64_t Digest64(const void* data, uint64_t len) {
-  return XXH3_64bits(data, static_cast<size_t>(len));
-}
-
-DigestStream::DigestStream() : state_(XXH3_createState()) {
-  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
-}
-
-DigestStream::~DigestStream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-
-void DigestStream::Update(const void* data, uint64_t len) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, static_cast<size_t>(len));
-}
-
-uint64_t DigestStream::Final() const {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+DiffDigest DiffPositionsAndDigest(const void* old_bits, const void* new_bits, uint64_t n,
+                                  uint32_t elem_size, PositionList* positions) {
+  return DiffPositionsAndDigestAt(ActiveSimdLevel(), old_bits, new_bits, n, elem_size, positions);
 }
 
 }  // namespace refit::kernels

@@ -141,38 +141,48 @@ TEST(BytePlanes, SplitAndMergeAreInverseAndOrdered) {
 
 TEST(GatherScatter, OverwriteAndXorMatchTheDefinition) {
   std::mt19937_64 rng(4);
-  for (uint32_t es : {1u, 2u, 4u, 8u}) {
-    const uint64_t n = 500;
-    std::vector<uint8_t> old_bits(n * es);
-    std::vector<uint8_t> new_bits(n * es);
-    for (auto& v : old_bits) v = static_cast<uint8_t>(rng());
-    for (auto& v : new_bits) v = static_cast<uint8_t>(rng());
-    const std::vector<uint64_t> positions = RandomPositions(n, 60, &rng);
-    const uint64_t k = positions.size();
+  // k below and well above the distance the loops prefetch ahead.
+  for (const auto& [n, picks] : {std::pair<uint64_t, uint64_t>{500, 60}, {500, 5}, {20000, 3000}}) {
+    for (uint32_t es : {1u, 2u, 4u, 8u}) {
+      std::vector<uint8_t> old_bits(n * es);
+      std::vector<uint8_t> new_bits(n * es);
+      for (auto& v : old_bits) v = static_cast<uint8_t>(rng());
+      for (auto& v : new_bits) v = static_cast<uint8_t>(rng());
+      const std::vector<uint64_t> positions = RandomPositions(n, picks, &rng);
+      const uint64_t k = positions.size();
 
-    std::vector<uint8_t> values(k * es);
-    GatherValues(new_bits.data(), es, positions.data(), k, values.data());
-    std::vector<uint8_t> xors(k * es);
-    GatherXor(old_bits.data(), new_bits.data(), es, positions.data(), k, xors.data());
-    for (uint64_t j = 0; j < k; ++j) {
-      for (uint32_t b = 0; b < es; ++b) {
-        const uint64_t at = positions[j] * es + b;
-        ASSERT_EQ(values[j * es + b], new_bits[at]);
-        ASSERT_EQ(xors[j * es + b], old_bits[at] ^ new_bits[at]);
+      std::vector<uint8_t> values(k * es);
+      GatherValues(new_bits.data(), es, positions.data(), k, values.data());
+      std::vector<uint8_t> xors(k * es);
+      GatherXor(old_bits.data(), new_bits.data(), es, positions.data(), k, xors.data());
+      for (uint64_t j = 0; j < k; ++j) {
+        for (uint32_t b = 0; b < es; ++b) {
+          const uint64_t at = positions[j] * es + b;
+          ASSERT_EQ(values[j * es + b], new_bits[at]);
+          ASSERT_EQ(xors[j * es + b], old_bits[at] ^ new_bits[at]);
+        }
       }
-    }
 
-    // Overwrite and xor both turn old into new at the positions and leave the rest alone.
-    std::vector<uint8_t> want = old_bits;
-    for (uint64_t p : positions) std::memcpy(&want[p * es], &new_bits[p * es], es);
-    std::vector<uint8_t> by_overwrite = old_bits;
-    ScatterOverwrite(by_overwrite.data(), es, positions.data(), k, values.data());
-    EXPECT_EQ(by_overwrite, want) << "elem " << es;
-    std::vector<uint8_t> by_xor = old_bits;
-    ScatterXor(by_xor.data(), es, positions.data(), k, xors.data());
-    EXPECT_EQ(by_xor, want) << "elem " << es;
-    ScatterXor(by_xor.data(), es, positions.data(), k, xors.data());
-    EXPECT_EQ(by_xor, old_bits) << "xor twice is the identity";
+      // The fused gather + split writes exactly the planes of those XORs.
+      std::vector<uint8_t> planes(k * es);
+      SplitBytePlanes(xors.data(), k, es, planes.data());
+      std::vector<uint8_t> fused_planes(k * es);
+      GatherXorPlanes(old_bits.data(), new_bits.data(), es, positions.data(), k,
+                      fused_planes.data());
+      EXPECT_EQ(fused_planes, planes) << "elem " << es << " k " << k;
+
+      // Overwrite and xor both turn old into new at the positions and leave the rest alone.
+      std::vector<uint8_t> want = old_bits;
+      for (uint64_t p : positions) std::memcpy(&want[p * es], &new_bits[p * es], es);
+      std::vector<uint8_t> by_overwrite = old_bits;
+      ScatterOverwrite(by_overwrite.data(), es, positions.data(), k, values.data());
+      EXPECT_EQ(by_overwrite, want) << "elem " << es;
+      std::vector<uint8_t> by_xor = old_bits;
+      ScatterXor(by_xor.data(), es, positions.data(), k, xors.data());
+      EXPECT_EQ(by_xor, want) << "elem " << es;
+      ScatterXor(by_xor.data(), es, positions.data(), k, xors.data());
+      EXPECT_EQ(by_xor, old_bits) << "xor twice is the identity";
+    }
   }
 }
 

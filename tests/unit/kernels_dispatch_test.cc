@@ -1,11 +1,13 @@
 // Every SIMD level this CPU has, against the scalar reference and a byte-compare definition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "refit/kernels/diff.h"
@@ -109,6 +111,106 @@ TEST(KernelDispatch, EachLaneOfABlockMapsToItsPosition) {
       }
     }
   }
+}
+
+// xxh3 values from the reference library (libxxhash's XXH3_64bits) for bytes i * 31 + 7: the
+// short (<= 240 bytes) and the long paths, the latter run by each level's vector loop.
+TEST(KernelDispatch, DigestMatchesTheReferenceAtEveryLevel) {
+  std::vector<uint8_t> data(100000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 + 7);
+  const std::pair<uint64_t, uint64_t> known[] = {{3, 0x15f7093b173d005cull},
+                                                 {200, 0x12fdb864685f344dull},
+                                                 {1000, 0x989765d0ea7a5ecdull},
+                                                 {100000, 0xccf90df7e7e37036ull}};
+  for (SimdLevel level : kAllLevels) {  // an unsupported level runs the best supported one
+    for (const auto& [len, want] : known) {
+      EXPECT_EQ(Digest64At(level, data.data(), len), want) << SimdLevelName(level) << " " << len;
+    }
+  }
+  EXPECT_EQ(Digest64(data.data(), 1000), 0x989765d0ea7a5ecdull);
+}
+
+TEST(KernelDispatch, DigestStreamIsTheSameAtEveryLevel) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> data(70001);
+  for (auto& byte : data) byte = static_cast<uint8_t>(rng());
+  for (SimdLevel level : SupportedLevels()) {
+    for (uint64_t len : {0ull, 1ull, 240ull, 241ull, 1024ull, 16389ull, 70001ull}) {
+      const uint64_t want = Digest64At(SimdLevel::kScalar, data.data(), len);
+      EXPECT_EQ(Digest64At(level, data.data(), len), want) << SimdLevelName(level) << " " << len;
+      for (uint64_t piece : {1ull, 100ull, 256ull, 16384ull}) {
+        DigestStream stream(level);
+        for (uint64_t off = 0; off < len; off += piece) {
+          stream.Update(data.data() + off, std::min<uint64_t>(piece, len - off));
+        }
+        EXPECT_EQ(stream.Final(), want) << SimdLevelName(level) << " " << len << " by " << piece;
+      }
+    }
+  }
+}
+
+// The fused walk against the separate kernels: lengths around its 16 KiB blocks (and the
+// 64-element mask blocks inside them), every level, element size and density.
+TEST(KernelDispatch, DiffAndDigestInOnePassMatchesTheSeparateKernels) {
+  std::mt19937_64 rng(13);
+  for (SimdLevel level : SupportedLevels()) {
+    for (uint32_t es : {1u, 2u, 4u, 8u}) {
+      const uint64_t walk = 16384 / es;
+      for (uint64_t n :
+           {uint64_t{0}, uint64_t{1}, uint64_t{63}, walk - 1, walk, walk + 1, 3 * walk + 65}) {
+        for (double density : {0.0, 0.01, 0.5, 1.0}) {
+          for (uint64_t misalign : {0ull, 3ull}) {
+            std::vector<uint8_t> a(n * es + misalign);
+            for (auto& x : a) x = static_cast<uint8_t>(rng());
+            std::vector<uint8_t> b = a;
+            std::uniform_real_distribution<double> coin(0.0, 1.0);
+            for (uint64_t i = 0; i < n; ++i) {
+              if (density >= 1.0 || coin(rng) < density) {
+                const uint64_t bit = rng() % (es * 8);
+                b[misalign + i * es + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+              }
+            }
+            const uint8_t* pa = a.data() + misalign;
+            const uint8_t* pb = b.data() + misalign;
+            const std::string what = std::string(SimdLevelName(level)) + " elem " +
+                                     std::to_string(es) + " n " + std::to_string(n) + " density " +
+                                     std::to_string(density);
+            const std::vector<uint64_t> want = BytewisePositions(pa, pb, n, es);
+            PositionList got = {42};  // appends after what is there
+            const DiffDigest r = DiffPositionsAndDigestAt(level, pa, pb, n, es, &got);
+            EXPECT_EQ(r.changed, want.size()) << what;
+            ASSERT_EQ(got.size(), want.size() + 1) << what;
+            EXPECT_EQ(got[0], 42u) << what;
+            EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + 1)) << what;
+            EXPECT_EQ(r.digest, Digest64At(SimdLevel::kScalar, pb, n * es)) << what;
+          }
+        }
+      }
+    }
+  }
+  // The default entry point: the active level, the same answer.
+  std::vector<uint8_t> a(40000, 1);
+  std::vector<uint8_t> b = a;
+  b[7] = 2;
+  b[39999] = 3;
+  PositionList got;
+  const DiffDigest r = DiffPositionsAndDigest(a.data(), b.data(), 20000, 2, &got);
+  EXPECT_EQ(r.changed, 2u);
+  EXPECT_EQ(got, (PositionList{3, 19999}));
+  EXPECT_EQ(r.digest, Digest64(b.data(), b.size()));
+}
+
+// Scratch vectors: resize does not zero, but growth keeps what was written.
+TEST(KernelDispatch, UninitVectorKeepsContentsAcrossGrowth) {
+  UninitVector<uint64_t> v;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    v.resize(i + 1);
+    v[i] = i * 7;
+  }
+  v.resize(100000);
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(v[i], i * 7);
+  UninitVector<uint8_t> bytes(3, 9);  // an explicit value is still honoured
+  EXPECT_EQ(bytes, (UninitVector<uint8_t>{9, 9, 9}));
 }
 
 // REFIT_KERNELS forces the level (ctest runs this binary's kernel tests once per level name).

@@ -56,6 +56,13 @@ void WriteStream(const refit_encode_input_t& in, const StreamPlan& plan, uint8_t
                         gaps + plan.gap_bytes);
 }
 
+bool StreamBytesBound(const refit_encode_input_t& in, uint64_t* bytes) {
+  uint64_t per_change = 0;
+  uint64_t body = 0;
+  return CheckedAdd(1 + kernels::kGapEscapeBytes, in.elem_size, &per_change) &&
+         CheckedMul(in.n_changed, per_change, &body) && CheckedAdd(body, kStreamHeaderBytes, bytes);
+}
+
 bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes) {
   uint64_t per_elem = 0;
   uint64_t body = 0;
@@ -64,7 +71,7 @@ bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes) {
 }
 
 Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
-                       uint64_t n_elems, const char* what, std::vector<uint64_t>* positions) {
+                       uint64_t n_elems, const char* what, kernels::PositionList* positions) {
   if (width != 1 && width != 2 && width != 4) {
     return Status::Corrupt(std::string(what) + " gap width " + std::to_string(width) +
                            " is not 1, 2 or 4");
@@ -115,7 +122,7 @@ Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_targe
                            std::to_string(gap_bytes) + " gap bytes, run of " +
                            std::to_string(t.n_elems) + " elements)");
   }
-  std::vector<uint64_t> positions;
+  kernels::PositionList positions;
   RETURN_NOT_OK(DecodePositions(stream + kStreamHeaderBytes, gap_bytes, k, width, t.n_elems, what,
                                 &positions));
   kernels::ScatterOverwrite(t.bits, t.elem_size, positions.data(), k,

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "refit/kernels/buffer.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
 
@@ -41,6 +42,11 @@ Result<StreamPlan> PlanStream(const refit_encode_input_t& in);
 // Writes the stream planned for in into out (plan.total_bytes of room).
 void WriteStream(const refit_encode_input_t& in, const StreamPlan& plan, uint8_t* out);
 
+// An upper bound of PlanStream(in).total_bytes from the counts alone (no pass over the positions:
+// the chosen width is never larger than width 1, at most 1 + escape bytes per gap); false on
+// overflow. Sizes output buffers.
+bool StreamBytesBound(const refit_encode_input_t& in, uint64_t* bytes);
+
 // The largest stream a decoder accepts for a run of n_elems elements of elem_size bytes (any
 // width, every gap escaped at width 4); false on overflow. Bounds a decompressed size.
 bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes);
@@ -48,7 +54,7 @@ bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes);
 // Decodes the gap stream of k positions into *positions after checking it (width, exact length,
 // every position < n_elems). `what` prefixes the error ("deltas payload").
 Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
-                       uint64_t n_elems, const char* what, std::vector<uint64_t>* positions);
+                       uint64_t n_elems, const char* what, kernels::PositionList* positions);
 
 // Validates the whole stream, then overwrites the changed elements of the target. Nothing is
 // written unless everything checks out.

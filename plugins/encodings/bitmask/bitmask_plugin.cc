@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "deltas/deltas_stream.h"
+#include "refit/kernels/buffer.h"
 #include "refit/kernels/coding.h"
 #include "refit/sdk/encoding_util.hpp"
 #include "refit/sdk/plugin.hpp"
@@ -104,7 +105,7 @@ class BitmaskEncoding {
       return Status::Corrupt("bitmask payload mask has " + std::to_string(set) +
                              " set bits but the header says " + std::to_string(k));
     }
-    std::vector<uint64_t> positions(k);
+    refit::kernels::PositionList positions(k);  // every slot written by BitmaskToPositions
     refit::kernels::BitmaskToPositions(mask, t.n_elems, positions.data());
     refit::kernels::ScatterOverwrite(t.bits, t.elem_size, positions.data(), k,
                                      mask + refit::kernels::BitmaskBytes(t.n_elems));

@@ -13,6 +13,7 @@
 
 #include "codec/codec.h"
 #include "deltas/deltas_stream.h"
+#include "refit/kernels/buffer.h"
 #include "refit/sdk/encoding_util.hpp"
 #include "refit/sdk/plugin.hpp"
 
@@ -51,9 +52,9 @@ class DeltasZstdEncoding {
 
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
     if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
-    Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
-    if (!plan.ok()) return 0;
-    const uint64_t bound = refit::codec::CompressBound(codec_, plan->total_bytes);
+    uint64_t stream = 0;
+    if (!refit::deltas::StreamBytesBound(in, &stream)) return 0;
+    const uint64_t bound = refit::codec::CompressBound(codec_, stream);
     uint64_t total = 0;
     if (bound == 0 || !refit::sdk::CheckedAdd(bound, kHeaderBytes, &total)) return 0;
     return total;
@@ -65,7 +66,7 @@ class DeltasZstdEncoding {
     RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas_zstd"));
     ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);
-    std::vector<uint8_t> raw(plan.total_bytes);
+    refit::kernels::UninitVector<uint8_t> raw(plan.total_bytes);  // written in full below
     refit::deltas::WriteStream(in, plan, raw.data());
     Result<uint64_t> body = refit::codec::Compress(codec_, level_, raw.data(), raw.size(),
                                                    out + kHeaderBytes, cap - kHeaderBytes);
@@ -110,7 +111,7 @@ class DeltasZstdEncoding {
                              "-byte deltas stream, impossible for a run of " +
                              std::to_string(t.n_elems) + " elements");
     }
-    std::vector<uint8_t> raw(raw_size);
+    refit::kernels::UninitVector<uint8_t> raw(raw_size);  // filled by Decompress or refused
     Status st = refit::codec::Decompress(codec, payload + kHeaderBytes, len - kHeaderBytes,
                                          raw.data(), raw_size);
     if (!st.ok()) return Status::Corrupt("deltas_zstd payload: " + st.message());

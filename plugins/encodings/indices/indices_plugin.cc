@@ -8,11 +8,13 @@
 //   k   indices (strictly increasing, each < n_elems)
 //   k   values (elem_size bytes each: the new bits, as stored in memory)
 // The cheapest delta to produce and apply; the default until `auto` exists.
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
 
+#include "refit/kernels/coding.h"
 #include "refit/sdk/encoding_util.hpp"
 #include "refit/sdk/plugin.hpp"
 
@@ -22,6 +24,8 @@ using refit::Result;
 using refit::Status;
 using refit::sdk::LoadLE;
 using refit::sdk::StoreLE;
+
+static_assert(std::endian::native == std::endian::little, "indices are stored as in memory");
 
 constexpr uint8_t kFormatVersion = 1;
 constexpr uint64_t kHeaderBytes = 12;
@@ -42,14 +46,19 @@ inline void CopyElement(uint8_t* dst, uint64_t to, const uint8_t* src, uint64_t 
   std::memcpy(dst + to * kElem, src + from * kElem, kElem);
 }
 
-template <typename Index, uint32_t kElem>
-void WriteBody(const refit_encode_input_t& in, uint8_t* indices, uint8_t* values) {
-  const auto* src = static_cast<const uint8_t*>(in.new_bits);
-  for (uint64_t j = 0; j < in.n_changed; ++j) {
-    const uint64_t pos = in.positions[j];
-    StoreLE<Index>(indices + j * sizeof(Index), static_cast<Index>(pos));
-    CopyElement<kElem>(values, j, src, pos);
+// Writes the indices, checking each one: the positions come from the host, and a bad one would
+// make a payload every receiver rejects. Returns the offending slot, or k when all are valid.
+template <typename Index>
+uint64_t WriteIndices(const uint64_t* positions, uint64_t k, uint64_t n_elems, uint8_t* indices) {
+  uint64_t next_allowed = 0;  // the smallest position the next slot may hold
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint64_t pos = positions[j];
+    if (pos < next_allowed || pos >= n_elems) return j;
+    next_allowed = pos + 1;
+    const Index index = static_cast<Index>(pos);
+    std::memcpy(indices + j * sizeof(Index), &index, sizeof(Index));  // little-endian host
   }
+  return k;
 }
 
 // Every index strictly increasing and < n: then the scatter below stays inside the target and
@@ -123,23 +132,21 @@ class IndicesEncoding {
       return Status::Invalid(std::to_string(in.n_changed) + " changes overflow the payload size");
     }
     if (total > cap) return refit::sdk::OutputTooSmall(total, cap);
-    // The positions come from the host; a bad one would make a payload every receiver rejects.
-    for (uint64_t j = 0; j < in.n_changed; ++j) {
-      if (in.positions[j] >= in.n_elems || (j > 0 && in.positions[j] <= in.positions[j - 1])) {
-        return Status::Invalid("position " + std::to_string(j) + " (" +
-                               std::to_string(in.positions[j]) +
-                               ") is out of range or not strictly increasing");
-      }
-    }
     out[0] = kFormatVersion;
     out[1] = static_cast<uint8_t>(width);
     StoreLE<uint16_t>(out + 2, 0);
     StoreLE<uint64_t>(out + 4, in.n_changed);
     uint8_t* indices = out + kHeaderBytes;
     uint8_t* values = indices + in.n_changed * width;
-    WithWidthAndElem(width, in.elem_size, [&](auto index_tag, auto elem) {
-      WriteBody<decltype(index_tag), decltype(elem)::value>(in, indices, values);
-    });
+    const uint64_t bad =
+        width == 4 ? WriteIndices<uint32_t>(in.positions, in.n_changed, in.n_elems, indices)
+                   : WriteIndices<uint64_t>(in.positions, in.n_changed, in.n_elems, indices);
+    if (bad < in.n_changed) {
+      return Status::Invalid("position " + std::to_string(bad) + " (" +
+                             std::to_string(in.positions[bad]) +
+                             ") is out of range or not strictly increasing");
+    }
+    refit::kernels::GatherValues(in.new_bits, in.elem_size, in.positions, in.n_changed, values);
     return total;
   }
 

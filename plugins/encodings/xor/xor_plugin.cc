@@ -19,6 +19,7 @@
 
 #include "codec/codec.h"
 #include "deltas/deltas_stream.h"
+#include "refit/kernels/buffer.h"
 #include "refit/kernels/coding.h"
 #include "refit/sdk/encoding_util.hpp"
 #include "refit/sdk/plugin.hpp"
@@ -57,10 +58,10 @@ class XorEncoding {
   // XOR needs the receiver's old bits: a full sync is for `dense`.
   uint64_t MaxEncodedSize(const refit_encode_input_t& in) const {
     if (!refit::sdk::CheckEncodeInput(in).ok() || refit::sdk::IsFullSync(in)) return 0;
-    Result<refit::deltas::StreamPlan> plan = refit::deltas::PlanStream(in);
-    if (!plan.ok()) return 0;
+    uint64_t stream = 0;
+    if (!refit::deltas::StreamBytesBound(in, &stream)) return 0;
     // The body is the stream without its header (same gaps, same value bytes).
-    const uint64_t body = plan->total_bytes - refit::deltas::kStreamHeaderBytes;
+    const uint64_t body = stream - refit::deltas::kStreamHeaderBytes;
     const uint64_t bound = refit::codec::CompressBound(codec_, body);
     uint64_t total = 0;
     if ((bound == 0 && body > 0) || !CheckedAdd(bound, kHeaderBytes, &total)) return 0;
@@ -75,11 +76,10 @@ class XorEncoding {
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);
     const uint64_t k = in.n_changed;
     const uint64_t value_bytes = k * in.elem_size;  // fits: checked by PlanStream
-    std::vector<uint8_t> body(plan.gap_bytes + value_bytes);
-    std::vector<uint8_t> xors(value_bytes);
+    refit::kernels::UninitVector<uint8_t> body(plan.gap_bytes + value_bytes);  // written in full
     refit::kernels::EncodeGaps(in.positions, k, plan.gap_width, body.data());
-    refit::kernels::GatherXor(in.old_bits, in.new_bits, in.elem_size, in.positions, k, xors.data());
-    refit::kernels::SplitBytePlanes(xors.data(), k, in.elem_size, body.data() + plan.gap_bytes);
+    refit::kernels::GatherXorPlanes(in.old_bits, in.new_bits, in.elem_size, in.positions, k,
+                                    body.data() + plan.gap_bytes);
     Result<uint64_t> packed = refit::codec::Compress(codec_, level_, body.data(), body.size(),
                                                      out + kHeaderBytes, cap - kHeaderBytes);
     if (!packed.ok()) {
@@ -129,14 +129,15 @@ class XorEncoding {
                              std::to_string(gap_bytes) + " gap bytes) is impossible for a run of " +
                              std::to_string(t.n_elems) + " elements");
     }
-    std::vector<uint8_t> body(body_bytes + 1);  // + 1: a valid pointer even when empty
+    // + 1: a valid pointer even when empty; filled by Decompress or refused.
+    refit::kernels::UninitVector<uint8_t> body(body_bytes + 1);
     Status st = refit::codec::Decompress(codec, payload + kHeaderBytes, len - kHeaderBytes,
                                          body.data(), body_bytes);
     if (!st.ok()) return Status::Corrupt("xor payload: " + st.message());
-    std::vector<uint64_t> positions;
+    refit::kernels::PositionList positions;
     RETURN_NOT_OK(refit::deltas::DecodePositions(body.data(), gap_bytes, k, width, t.n_elems,
                                                  "xor payload", &positions));
-    std::vector<uint8_t> xors(value_bytes + 1);
+    refit::kernels::UninitVector<uint8_t> xors(value_bytes + 1);  // written by MergeBytePlanes
     refit::kernels::MergeBytePlanes(body.data() + gap_bytes, k, t.elem_size, xors.data());
     refit::kernels::ScatterXor(t.bits, t.elem_size, positions.data(), k, xors.data());
     return Status::OK();

@@ -99,6 +99,10 @@ void GatherValues(const void* bits, uint32_t elem_size, const uint64_t* position
 // values[j] = old_bits[positions[j]] XOR new_bits[positions[j]]
 void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
                const uint64_t* positions, uint64_t k, uint8_t* values);
+// GatherXor then SplitBytePlanes in one pass (no intermediate buffer): planes gets elem_size
+// planes of k bytes, plane b holding byte b of every XOR.
+void GatherXorPlanes(const void* old_bits, const void* new_bits, uint32_t elem_size,
+                     const uint64_t* positions, uint64_t k, uint8_t* planes);
 // bits[positions[j]] = values[j]
 void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                       const uint8_t* values);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "refit/kernels/buffer.h"
+
 namespace refit::kernels {
 
 // Appends to *positions every index i in [0, n) where the elem_size-byte elements of old_bits and
@@ -19,14 +21,29 @@ uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, u
 // Number of elements that differ bitwise (no positions materialized).
 uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size);
 
-// xxh3-64 (seed 0) of len bytes: the per-record digest of the wire format.
+// xxh3-64 (seed 0) of len bytes: the per-record digest of the wire format. Runs the xxh3 inner
+// loop of the active SIMD level (dispatch.h); the value is the same at every level.
 uint64_t Digest64(const void* data, uint64_t len);
+
+// DiffPositions and Digest64(new_bits, n * elem_size) in one pass: the buffers are walked in
+// cache-sized blocks, each diffed and then fed to a streaming digest while it is still in cache,
+// so new_bits is read from memory once instead of twice. Same positions, same digest.
+struct DiffDigest {
+  uint64_t changed = 0;  // positions appended
+  uint64_t digest = 0;   // Digest64 of new_bits
+};
+// Positions are appended to *positions as by DiffPositions.
+DiffDigest DiffPositionsAndDigest(const void* old_bits, const void* new_bits, uint64_t n,
+                                  uint32_t elem_size, PositionList* positions);
+
+enum class SimdLevel : int;  // dispatch.h
 
 // Streaming xxh3-64 for data that arrives in pieces (non-contiguous boxes); equals Digest64 of the
 // concatenation.
 class DigestStream {
  public:
-  DigestStream();
+  DigestStream();                          // the active level
+  explicit DigestStream(SimdLevel level);  // an explicit one (tests); unsupported: the best
   ~DigestStream();
   DigestStream(const DigestStream&) = delete;
   DigestStream& operator=(const DigestStream&) = delete;
@@ -35,6 +52,7 @@ class DigestStream {
 
  private:
   void* state_;  // XXH3_state_t, kept out of this header
+  void (*update_)(void* state, const void* data, uint64_t len);
 };
 
 }  // namespace refit::kernels

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "refit/kernels/diff.h"
+
 namespace refit::kernels {
 
 enum class SimdLevel : int { kScalar = 0, kSse2 = 1, kAvx2 = 2, kAvx512 = 3 };
@@ -23,7 +25,8 @@ bool SimdLevelSupported(SimdLevel level);
 // The best level this CPU supports.
 SimdLevel BestSimdLevel();
 
-// The level DiffPositions / CountDiff use in this process (REFIT_KERNELS or BestSimdLevel()).
+// The level DiffPositions / CountDiff / Digest64 use in this process (REFIT_KERNELS or
+// BestSimdLevel()).
 SimdLevel ActiveSimdLevel();
 
 // DiffPositions / CountDiff (diff.h) at an explicit level, for tests and benchmarks. An
@@ -32,5 +35,10 @@ uint64_t DiffPositionsAt(SimdLevel level, const void* old_bits, const void* new_
                          uint32_t elem_size, std::vector<uint64_t>* positions);
 uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits, uint64_t n,
                      uint32_t elem_size);
+DiffDigest DiffPositionsAndDigestAt(SimdLevel level, const void* old_bits, const void* new_bits,
+                                    uint64_t n, uint32_t elem_size, PositionList* positions);
+
+// Digest64 (diff.h) with the xxh3 loop of an explicit level (unsupported: the best supported).
+uint64_t Digest64At(SimdLevel level, const void* data, uint64_t len);
 
 }  // namespace refit::kernels
