@@ -31,6 +31,11 @@ void PrintApplied(const ApplyStats& s) {
               " payloads, %s, %.3f s\n",
               s.version, s.full ? "full" : "delta", s.records, s.payloads,
               HumanBytes(s.payload_bytes).c_str(), s.total_seconds);
+  if (s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
+    std::printf("  resumed an interrupted apply: replayed %" PRIu64
+                " journal entries, skipped %" PRIu64 " records already applied\n",
+                s.resumed_entries, s.resumed_skipped_records);
+  }
   std::fflush(stdout);
 }
 

@@ -38,6 +38,8 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
        "memory cap for one payload plus one record's scratch while applying"},
       {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
+      {"receiver.durable", REFIT_CFG_BOOL, "true",
+       "sync the apply journal per record (survives power loss, not only process death)"},
       {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
       {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
       {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "journal.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -161,10 +162,9 @@ const std::vector<std::string>& AutoPreferredOrder() {
 
 std::vector<ConfigKeySpec> AutoConfigSpecs() {
   return {
-      {"candidates", REFIT_CFG_STRING_LIST, "(overwrite encodings but dense)",
-       "encodings tried per record (default: every registered overwrite encoding but dense, "
-       "cheapest first: indices, bitmask, deltas, deltas_zstd, then the rest by name; list xor "
-       "or ctx explicitly to use them)"},
+      {"candidates", REFIT_CFG_STRING_LIST, "(every encoding but dense)",
+       "encodings tried per record (default: every registered encoding but dense, cheapest to "
+       "apply first: indices, bitmask, deltas, deltas_zstd, xor, ctx, then the rest by name)"},
       {"mode", REFIT_CFG_STRING, "\"smallest\"",
        "\"smallest\": the smallest record; \"fastest\": the first candidate within budget"},
       {"budget", REFIT_CFG_DOUBLE, "1.1",
@@ -213,13 +213,10 @@ Result<const AutoPolicy*> EncodingCache::Auto() {
     std::sort(rest.begin(), rest.end());
     names.insert(names.end(), rest.begin(), rest.end());
   }
-  const bool defaulted = config_ == nullptr || !config_->Has(cand_key);
+  // xor/step encodings (xor, ctx) are candidates like any other: receivers journal their
+  // records, so each is applied exactly once even across a crash (journal.h).
   for (const std::string& name : names) {
     ASSIGN_OR_RAISE(const Encoding* enc, Get(name));
-    // Until the receiver journals non-idempotent records (DESIGN invariant 4), the default
-    // candidates are the overwrite encodings: a crash mid-apply can then always be re-applied.
-    // xor/step encodings (xor, ctx) are used when listed explicitly.
-    if (defaulted && enc->op() != REFIT_OP_OVERWRITE) continue;
     policy->candidates.push_back(enc);
   }
   if (config_ != nullptr) {
@@ -637,8 +634,56 @@ void AsyncPutter::Run() {
 
 // ---------------------------------------------------------------- receiver side
 
+// An xor/step record made exactly-once: decoded into scratch against a copy of the old bits and
+// verified, then the elements it changes are journaled (an idempotent overwrite entry) before
+// they are written into the target. A record an interrupted attempt journaled was replayed
+// already and is skipped.
+Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
+                      const std::string& where, TensorView& target, const Box& box,
+                      std::vector<uint8_t>& scratch, ApplyJournal& journal, ApplyStats* stats) {
+  const RecordHeader& r = payload.records()[index];
+  const std::string id = payload.label() + "#" + std::to_string(index);
+  if (journal.Has(id)) {
+    if (stats != nullptr) ++stats->resumed_skipped_records;
+    return Status::OK();
+  }
+  const uint32_t elem = SizeOf(r.dtype);
+  const uint64_t bytes = BoxElements(box) * elem;
+  scratch.resize(2 * bytes);
+  uint8_t* old_bits = scratch.data();
+  uint8_t* new_bits = scratch.data() + bytes;
+  GatherBox(target.bytes(), target.shape, box, elem, old_bits);
+  std::memcpy(new_bits, old_bits, bytes);
+  refit_decode_target_t t{};
+  t.struct_size = sizeof(t);
+  t.dtype = static_cast<int32_t>(r.dtype);
+  t.elem_size = elem;
+  t.n_elems = BoxElements(box);
+  t.bits = new_bits;
+  RETURN_NOT_OK(enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
+                    .WithContext(where));
+  const uint64_t digest = kernels::Digest64(new_bits, bytes);
+  if (digest != r.digest) {
+    return Status::Corrupt(where + ": digest mismatch after apply (expected " +
+                           HexDigest(r.digest) + ", got " + HexDigest(digest) + ")");
+  }
+  std::vector<uint64_t> positions;
+  kernels::DiffPositions(old_bits, new_bits, t.n_elems, elem, &positions);
+  std::vector<uint8_t> values(positions.size() * elem);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    std::memcpy(values.data() + k * elem, new_bits + positions[k] * elem, elem);
+  }
+  RETURN_NOT_OK(journal.Append(id, target.name, box, elem, positions, values.data())
+                    .WithContext(where));
+  if (stats != nullptr) ++stats->journaled_records;
+  MaybeKillAt("receiver.journaled");
+  ScatterBox(new_bits, target.shape, box, elem, target.bytes());
+  return Status::OK();
+}
+
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
-                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats) {
+                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
+                    ApplyJournal* journal) {
   const auto& records = payload.records();
   for (size_t i = 0; i < records.size(); ++i) {
     const RecordHeader& r = records[i];
@@ -675,6 +720,15 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     const Encoding* enc = enc_r.value();
     if (enc->op() != r.op) {
       return Status::Corrupt(where() + ": op does not match encoding '" + r.encoding + "'");
+    }
+    if (journal != nullptr && r.op != REFIT_OP_OVERWRITE) {
+      RETURN_NOT_OK(
+          ApplyJournaled(payload, i, *enc, where(), target, box, scratch, *journal, stats));
+      if (stats != nullptr) {
+        ++stats->records;
+        stats->changed_elements += r.changed;
+      }
+      continue;
     }
     const bool contiguous = BoxIsContiguous(target.shape, box);
     uint8_t* bits;

@@ -199,9 +199,19 @@ using TensorResolver = std::function<Result<ApplyTarget>(const RecordHeader& rec
 // The identity resolver over canonical tensors by name (checks name, dtype and full shape).
 TensorResolver CanonicalResolver(std::map<std::string, TensorView*> tensors);
 
-// Validates, decodes, applies and digest-verifies every record of a payload.
+class ApplyJournal;  // journal.h
+
+// Validates, decodes, applies and digest-verifies every record of a payload. With a journal,
+// xor/step records are applied exactly once across crashes (journal.h); without one (offline
+// apply into a copy, the sender's own baseline) they are applied in place.
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
-                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats);
+                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
+                    ApplyJournal* journal = nullptr);
+
+// Fault injection for crash tests: when the environment variable REFIT_KILL_AT names `point`
+// ("point" or "point:N" for its N-th hit in this process), the process dies there at once
+// (SIGKILL), as a crash would.
+void MaybeKillAt(const char* point);
 
 // Writes a new safetensors file laid out for `specs`, each tensor's bytes copied from `source`
 // when it holds a tensor of the same name, dtype and shape, else zero. Not atomic: callers write

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine.h"
+#include "journal.h"
 #include "layout_map.h"
 #include "refit/kernels/diff.h"
 #include "refit/pipeline.h"
@@ -29,7 +30,13 @@ struct Receiver::Impl {
   std::string id;
   std::string state_dir;
   uint64_t apply_bytes = 0;
+  bool durable = true;
   uint64_t version = 0;
+  // Set while a delta is being applied in place: the model is then neither `version` nor
+  // `applying` until that version is completed (resumed through the journal) or replaced by
+  // a full sync.
+  uint64_t applying = 0;
+  std::unique_ptr<internal::ApplyJournal> journal;
   bool asked_full = false;
   std::unique_ptr<SafetensorsFile> model;
   std::vector<uint8_t> payload_buffer;
@@ -37,9 +44,11 @@ struct Receiver::Impl {
 
   std::string ModelPath() const { return state_dir + "/model.safetensors"; }
   std::string StatePath() const { return state_dir + "/receiver.json"; }
+  std::string JournalPath() const { return state_dir + "/apply.journal"; }
 
   Status SaveState() {
     json j = {{"version", version}, {"receiver", id}};
+    if (applying != 0) j["applying"] = applying;
     return internal::WriteFileAtomic(StatePath(), j.dump(1));
   }
 
@@ -57,6 +66,7 @@ struct Receiver::Impl {
     if (!file.ok()) return Status::OK();
     model = std::move(file).value();
     version = j["version"].get<uint64_t>();
+    applying = j.value("applying", uint64_t{0});
     return Status::OK();
   }
 
@@ -122,8 +132,8 @@ struct Receiver::Impl {
         stats->fetch_seconds += fetch.Seconds();
         Stopwatch apply;
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(payload_buffer.data(), p.bytes, p.key));
-        RETURN_NOT_OK(
-            internal::ApplyPayload(payload, *encodings, resolve, apply_bytes, scratch, stats));
+        RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, apply_bytes, scratch,
+                                             stats, journal.get()));
         stats->apply_seconds += apply.Seconds();
         stats->payloads++;
         stats->payload_bytes += p.bytes;
@@ -175,12 +185,21 @@ struct Receiver::Impl {
     ASSIGN_OR_RAISE(std::vector<Manifest> manifests, ReadManifests(c));
     if (c.full) {
       RETURN_NOT_OK(ApplyFull(c, manifests, &stats));
+      applying = 0;
     } else {
+      RETURN_NOT_OK(BeginInPlace(c.version, &stats));
       RETURN_NOT_OK(ApplyPayloads(manifests, &stats));
       RETURN_NOT_OK(model->Sync());
+      applying = 0;
     }
     version = c.version;
     RETURN_NOT_OK(SaveState());
+    if (journal != nullptr) {
+      RETURN_NOT_OK(journal->Remove());
+      journal.reset();
+    } else {
+      ::unlink(JournalPath().c_str());  // a journal of a version a full sync replaced
+    }
     stats.total_seconds = total.Seconds();
     Ack ack{id, c.version, stats.total_seconds, stats.records};
     std::string text = SerializeAck(ack);
@@ -191,6 +210,24 @@ struct Receiver::Impl {
       asked_full = false;
     }
     return stats;
+  }
+
+  // Marks the model as being patched to version v (so that a crash leaves a receiver that knows
+  // its file is no longer `version`) and opens the journal, replaying an interrupted attempt.
+  Status BeginInPlace(uint64_t v, ApplyStats* stats) {
+    if (applying != v) {
+      applying = v;
+      RETURN_NOT_OK(SaveState());
+    }
+    ASSIGN_OR_RAISE(journal, internal::ApplyJournal::Open(JournalPath(), v, version, durable));
+    stats->resumed_entries = journal->resumed_entries();
+    if (journal->resumed_entries() > 0) {
+      std::map<std::string, TensorView*> by_name;
+      std::vector<TensorView> tensors = model->tensors();
+      for (TensorView& t : tensors) by_name[t.name] = &t;
+      RETURN_NOT_OK(journal->Replay(by_name));
+    }
+    return Status::OK();
   }
 
   Status RequestFull(const std::string& why) {
@@ -239,6 +276,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
   ASSIGN_OR_RAISE(m.id, m.config.GetString("receiver.id", "r0"));
   ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("receiver.state_dir"));
   ASSIGN_OR_RAISE(m.apply_bytes, m.config.GetSize("receiver.apply_bytes", 256ull << 20));
+  ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
   ASSIGN_OR_RAISE(std::string transport, m.config.GetString("transport.name", "disk"));
   ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_RECEIVER, m.id,
                                                            &m.config, "transport." + transport));
@@ -288,6 +326,14 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
       return Status::VersionMismatch(why);
     }
     return std::optional<ApplyStats>();
+  }
+  if (!next->full && m.applying != 0 && next->version != m.applying) {
+    // The model holds part of version `applying`, which cannot be completed any more.
+    std::string why = "need full sync: receiver '" + m.id + "' was interrupted applying version " +
+                      std::to_string(m.applying) + ", and version " +
+                      std::to_string(next->version) + " is a delta";
+    RETURN_NOT_OK(m.RequestFull(why));
+    return Status::VersionMismatch(why);
   }
   if (!next->full && (m.version == 0 || next->base_version != m.version)) {
     std::string why = "need full sync: receiver '" + m.id + "' holds version " +

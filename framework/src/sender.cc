@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine.h"
+#include "journal.h"
 #include "layout_map.h"
 #include "refit/kernels/diff.h"
 #include "refit/pipeline.h"
@@ -229,6 +230,18 @@ struct Sender::Impl {
       ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
       internal::TensorResolver resolve =
           internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
+      // xor/step records must reach the baseline exactly once even if we crash in between.
+      const std::string journal_path =
+          state_dir + "/advance.r" + std::to_string(rank) + ".journal";
+      ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
+                      internal::ApplyJournal::Open(journal_path, published_version,
+                                                   baseline_version, /*durable=*/true));
+      if (journal->resumed_entries() > 0) {
+        std::vector<TensorView> views = baseline->tensors();
+        std::map<std::string, TensorView*> all;
+        for (TensorView& t : views) all[t.name] = &t;
+        RETURN_NOT_OK(journal->Replay(all));
+      }
       std::vector<uint8_t> scratch;
       for (const PayloadRef& p : m.payloads) {
         ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, out->GetAll(p.key, p.bytes));
@@ -236,10 +249,13 @@ struct Sender::Impl {
           return Status::Corrupt(p.key + ": payload changed after publishing");
         }
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
-        RETURN_NOT_OK(
-            internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch, nullptr));
+        RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch,
+                                             nullptr, journal.get()));
       }
       RETURN_NOT_OK(baseline->Sync());
+      baseline_version = published_version;
+      RETURN_NOT_OK(SaveState());
+      return journal->Remove();
     }
     baseline_version = published_version;
     return SaveState();

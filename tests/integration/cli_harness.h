@@ -40,10 +40,13 @@ inline void WriteAll(const std::string& path, const std::string& bytes) {
 // A process running `refit args...` with stdout/stderr captured to files.
 class RefitProcess {
  public:
-  RefitProcess(const std::vector<std::string>& args, const std::string& capture_prefix)
+  // env: extra "NAME=value" entries for the child (e.g. REFIT_KILL_AT crash points).
+  RefitProcess(const std::vector<std::string>& args, const std::string& capture_prefix,
+               const std::vector<std::string>& env = {})
       : out_path_(capture_prefix + ".out"), err_path_(capture_prefix + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
+      for (const std::string& e : env) ::putenv(::strdup(e.c_str()));
       int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(out, 1);

@@ -116,6 +116,52 @@ TEST(RuntimeSync, ReceiverWithUnknownStateGetsAFullSync) {
   EXPECT_FALSE(std::filesystem::exists(dir / "sync/acks/r0/need-full"));
 }
 
+// DESIGN invariant 4 under a crash: a receiver killed in the middle of applying xor (or step)
+// records resumes through its journal and applies each record exactly once.
+void KillMidApplyThenResume(const std::string& encoding) {
+  TempDir dir;
+  std::string config = Config(dir);
+  config.insert(config.find("[sender]\n") + 9, "encoding = \"" + encoding + "\"\n");
+  WriteAll(dir / "refit.toml", config);
+  Checkpoint weights = Checkpoint::Make(31);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  auto send = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                       dir.path());
+  ASSERT_EQ(send.exit_code, 0) << send.err;
+  ASSERT_EQ(RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path()).exit_code, 0);
+  weights.Mutate(0.05, 32);
+  ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
+  send = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
+                  dir.path());
+  ASSERT_EQ(send.exit_code, 0) << send.err;
+
+  // Killed right after journaling its second record, before writing it into the model.
+  RefitProcess killed({"recv", "--config", dir / "refit.toml"}, dir / "killed",
+                      {"REFIT_KILL_AT=receiver.journaled:2"});
+  auto k = killed.Wait();
+  ASSERT_EQ(k.exit_code, 128 + SIGKILL) << k.out << k.err;
+  const std::string state = ReadAll(dir / "receiver/receiver.json");
+  EXPECT_NE(state.find("\"applying\": 2"), std::string::npos) << state;
+  EXPECT_TRUE(std::filesystem::exists(dir / "receiver/apply.journal"));
+
+  auto resumed = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("applied version 2 (delta)"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("replayed 2 journal entries, skipped 2 records"), std::string::npos)
+      << resumed.out;
+  EXPECT_TRUE(SameTensors(dir / "w.safetensors", dir / "receiver/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "receiver/apply.journal"));
+  EXPECT_EQ(ReadAll(dir / "receiver/receiver.json").find("applying"), std::string::npos);
+}
+
+TEST(RuntimeSync, ReceiverKilledMidApplyResumesXorRecordsExactlyOnce) {
+  KillMidApplyThenResume("xor");
+}
+
+TEST(RuntimeSync, ReceiverKilledMidApplyResumesStepRecordsExactlyOnce) {
+  KillMidApplyThenResume("ctx");
+}
+
 TEST(RuntimeSync, DemoPrintsBitExact) {
   TempDir dir;
   auto r = RunRefit({"demo", "--params", "2M", "--syncs", "3", "--dir", dir / "demo"}, dir.path());

@@ -61,6 +61,12 @@ struct ApplyStats {
   uint64_t payloads = 0;
   uint64_t payload_bytes = 0;
   uint64_t changed_elements = 0;
+  // Exactly-once apply of xor/step records (framework/src/journal.h): records journaled before
+  // they touched the model, and, when resuming an interrupted apply, entries replayed and
+  // records skipped because an earlier attempt had journaled them.
+  uint64_t journaled_records = 0;
+  uint64_t resumed_entries = 0;
+  uint64_t resumed_skipped_records = 0;
   double fetch_seconds = 0;
   double apply_seconds = 0;  // decode + apply + digest verification
   double total_seconds = 0;
