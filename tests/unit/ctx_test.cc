@@ -12,6 +12,7 @@
 
 #include "ctx_bound.h"
 #include "ctx_codec.h"
+#include "ctx_test_util.h"
 #include "refit/kernels/diff.h"
 #include "refit/sdk/encoding_util.hpp"
 #include "refit/synthetic.h"
@@ -19,29 +20,7 @@
 namespace refit {
 namespace {
 
-struct Delta {
-  int32_t dtype = REFIT_DTYPE_BF16;
-  uint32_t elem_size = 2;
-  std::vector<uint8_t> old_bits;
-  std::vector<uint8_t> new_bits;
-  std::vector<uint64_t> positions;
-
-  uint64_t n() const { return old_bits.size() / elem_size; }
-  refit_encode_input_t Input() {
-    positions.clear();
-    refit_encode_input_t in{};
-    in.struct_size = sizeof(in);
-    in.dtype = dtype;
-    in.elem_size = elem_size;
-    in.n_elems = n();
-    in.old_bits = old_bits.data();
-    in.new_bits = new_bits.data();
-    in.n_changed =
-        kernels::DiffPositions(old_bits.data(), new_bits.data(), n(), elem_size, &positions);
-    in.positions = positions.data();
-    return in;
-  }
-};
+using Delta = testing::CtxDelta;
 
 std::vector<uint8_t> EncodeOrDie(Delta& d) {
   const refit_encode_input_t in = d.Input();
@@ -52,20 +31,10 @@ std::vector<uint8_t> EncodeOrDie(Delta& d) {
   return out;
 }
 
-refit_decode_target_t TargetOf(const Delta& d, std::vector<uint8_t>* bits) {
-  refit_decode_target_t t{};
-  t.struct_size = sizeof(t);
-  t.dtype = d.dtype;
-  t.elem_size = d.elem_size;
-  t.n_elems = d.n();
-  t.bits = bits->data();
-  return t;
-}
-
 // Decodes onto a copy of the old bits; true when that gives exactly the new bits.
 bool RoundTrips(Delta& d, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> bits = d.old_bits;
-  Status st = ctx::Decode(payload.data(), payload.size(), TargetOf(d, &bits));
+  Status st = ctx::Decode(payload.data(), payload.size(), d.Target(&bits));
   EXPECT_TRUE(st.ok()) << st.ToString();
   return st.ok() && bits == d.new_bits;
 }
@@ -198,7 +167,7 @@ TEST(CtxCodec, DamagedPayloadsAreRefusedBeforeAnyWrite) {
       bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);  // one byte damaged
     }
     std::vector<uint8_t> bits = d.old_bits;
-    EXPECT_FALSE(ctx::Decode(bad.data(), bad.size(), TargetOf(d, &bits)).ok()) << trial;
+    EXPECT_FALSE(ctx::Decode(bad.data(), bad.size(), d.Target(&bits)).ok()) << trial;
     EXPECT_EQ(bits, d.old_bits) << "trial " << trial << " wrote before refusing";
   }
 }
@@ -209,15 +178,15 @@ TEST(CtxCodec, HeaderMustMatchTheTarget) {
   d.new_bits.resize(100000);
   const std::vector<uint8_t> payload = EncodeOrDie(d);
   std::vector<uint8_t> bits = d.old_bits;
-  refit_decode_target_t t = TargetOf(d, &bits);
+  refit_decode_target_t t = d.Target(&bits);
   t.n_elems -= 1;
   EXPECT_EQ(ctx::Decode(payload.data(), payload.size(), t).code(), StatusCode::kCorrupt);
-  t = TargetOf(d, &bits);
+  t = d.Target(&bits);
   t.dtype = REFIT_DTYPE_F16;  // same width, other classes
   EXPECT_EQ(ctx::Decode(payload.data(), payload.size(), t).code(), StatusCode::kCorrupt);
   std::vector<uint8_t> future = payload;
   future[0] = 2;
-  EXPECT_EQ(ctx::Decode(future.data(), future.size(), TargetOf(d, &bits)).code(),
+  EXPECT_EQ(ctx::Decode(future.data(), future.size(), d.Target(&bits)).code(),
             StatusCode::kUnsupported);
   EXPECT_EQ(bits, d.old_bits);
 }
@@ -242,7 +211,7 @@ TEST(CtxCodec, ForgedBodiesStayInsideTheTarget) {
     sdk::StoreLE<uint32_t>(bad.data() + 1, static_cast<uint32_t>(digest));
     std::vector<uint8_t> guarded(d.old_bits.size() + 2 * kGuard, 0xA5);
     std::memcpy(guarded.data() + kGuard, d.old_bits.data(), d.old_bits.size());
-    refit_decode_target_t t = TargetOf(d, &guarded);
+    refit_decode_target_t t = d.Target(&guarded);
     t.bits = guarded.data() + kGuard;
     (void)ctx::Decode(bad.data(), bad.size(), t);
     for (size_t i = 0; i < kGuard; ++i) {
