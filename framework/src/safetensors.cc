@@ -490,13 +490,18 @@ Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>&
     return Status::Invalid("safetensors payload of " + std::to_string(layout.data_bytes) +
                            " bytes does not fit in memory");
   }
-  std::vector<uint8_t> out(static_cast<size_t>(total));
-  std::memcpy(out.data(), layout.header.data(), layout.header.size());
-  uint8_t* buffer = out.data() + layout.header.size();
+  // Appended piece by piece into reserved capacity: every byte is written once (a sized vector
+  // would be zero-filled first, a second pass over payloads of many MB).
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(total));
+  out.insert(out.end(), layout.header.begin(), layout.header.end());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const uint64_t nbytes = tensors[i].nbytes();
-    if (nbytes > 0) std::memcpy(buffer + layout.offsets[i], tensors[i].data, nbytes);
+    out.resize(layout.header.size() + layout.offsets[i]);  // no-op unless the plan pads
+    const auto* data = static_cast<const uint8_t*>(tensors[i].data);
+    if (nbytes > 0) out.insert(out.end(), data, data + nbytes);
   }
+  out.resize(static_cast<size_t>(total));
   return out;
 }
 
