@@ -374,7 +374,18 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
     if (ack.ok()) m.acks.push_back(ack.value());
   }
   if (need_full) m.force_full = true;
-  return m.AdvanceBaseline();
+  RETURN_NOT_OK(m.AdvanceBaseline());
+  if (m.out != m.transport.get()) {
+    // A pp stage member's staged parts of this version were forwarded (before the commit) and
+    // are now in the baseline: the node-local staging area keeps nothing older.
+    // Only this rank's objects: a node's stages may share one staging directory.
+    const std::string payloads = VersionDir(m.baseline_version) + "/payload.r" +
+                                 std::to_string(m.rank) + ".";
+    ASSIGN_OR_RAISE(auto staged, m.out->List(payloads));
+    for (const auto& entry : staged) RETURN_NOT_OK(m.out->Remove(entry.first));
+    RETURN_NOT_OK(m.out->Remove(ManifestKey(m.baseline_version, m.rank)));
+  }
+  return Status::OK();
 }
 
 Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {

@@ -224,9 +224,16 @@ void RunShardedSyncs(const ModelShape& m, const Parallel& p) {
   }
   if (p.pp_mode) {
     // Stage members (odd ranks here) staged their parts node-locally; leaders forwarded them.
-    EXPECT_TRUE(std::filesystem::exists(dir / "stage/v00000002/manifest.r1.json"));
-    EXPECT_FALSE(std::filesystem::exists(dir / "stage/v00000002/manifest.r0.json"));
-    EXPECT_TRUE(std::filesystem::exists(dir / "sync/v00000002/manifest.r1.json"));
+    // A member drops its staged parts once they are in its baseline: only the last version's
+    // remain.
+    EXPECT_TRUE(std::filesystem::exists(dir / "stage/v00000003/manifest.r1.json"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "stage/v00000003/manifest.r0.json"));
+    EXPECT_TRUE(std::filesystem::exists(dir / "sync/v00000003/manifest.r1.json"));
+    for (const char* old_version : {"stage/v00000001", "stage/v00000002"}) {
+      EXPECT_TRUE(!std::filesystem::exists(dir / old_version) ||
+                  std::filesystem::is_empty(dir / old_version))
+          << old_version;
+    }
   }
   const std::string last = dir / ("hf" + std::to_string(versions) + ".safetensors");
   EXPECT_TRUE(SameTensors(last, dir / "recv-canon/model.safetensors"));
