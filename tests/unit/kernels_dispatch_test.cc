@@ -36,6 +36,23 @@ std::vector<uint64_t> BytewisePositions(const uint8_t* a, const uint8_t* b, uint
   return out;
 }
 
+// Random old bits (n elements of es bytes after `misalign` bytes) and new bits with about
+// `density` of the elements changed, each by one bit anywhere in it: catches a compare of the
+// wrong lane width.
+void MakeDiffPair(std::mt19937_64& rng, uint64_t n, uint32_t es, double density, uint64_t misalign,
+                  std::vector<uint8_t>* a, std::vector<uint8_t>* b) {
+  a->resize(n * es + misalign);
+  for (auto& x : *a) x = static_cast<uint8_t>(rng());
+  *b = *a;
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (density >= 1.0 || coin(rng) < density) {
+      const uint64_t bit = rng() % (es * 8);
+      (*b)[misalign + i * es + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+  }
+}
+
 TEST(KernelDispatch, LevelsAreConsistent) {
   EXPECT_TRUE(SimdLevelSupported(SimdLevel::kScalar));
   EXPECT_TRUE(SimdLevelSupported(BestSimdLevel()));
@@ -61,17 +78,8 @@ TEST(KernelDispatch, EveryLevelMatchesTheReference) {
       for (uint64_t n : {0ull, 1ull, 63ull, 64ull, 65ull, 127ull, 1000ull, 4099ull}) {
         for (double density : {0.0, 0.01, 0.3, 1.0}) {
           for (uint64_t misalign : {0ull, 3ull}) {
-            std::vector<uint8_t> a(n * es + misalign);
-            for (auto& x : a) x = static_cast<uint8_t>(rng());
-            std::vector<uint8_t> b = a;
-            std::uniform_real_distribution<double> coin(0.0, 1.0);
-            for (uint64_t i = 0; i < n; ++i) {
-              if (density >= 1.0 || coin(rng) < density) {
-                // One bit anywhere in the element: catches a compare of the wrong lane width.
-                const uint64_t bit = rng() % (es * 8);
-                b[misalign + i * es + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-              }
-            }
+            std::vector<uint8_t> a, b;
+            MakeDiffPair(rng, n, es, density, misalign, &a, &b);
             const uint8_t* pa = a.data() + misalign;
             const uint8_t* pb = b.data() + misalign;
             const std::string what = std::string(SimdLevelName(level)) + " elem " +
@@ -160,16 +168,8 @@ TEST(KernelDispatch, DiffAndDigestInOnePassMatchesTheSeparateKernels) {
            {uint64_t{0}, uint64_t{1}, uint64_t{63}, walk - 1, walk, walk + 1, 3 * walk + 65}) {
         for (double density : {0.0, 0.01, 0.5, 1.0}) {
           for (uint64_t misalign : {0ull, 3ull}) {
-            std::vector<uint8_t> a(n * es + misalign);
-            for (auto& x : a) x = static_cast<uint8_t>(rng());
-            std::vector<uint8_t> b = a;
-            std::uniform_real_distribution<double> coin(0.0, 1.0);
-            for (uint64_t i = 0; i < n; ++i) {
-              if (density >= 1.0 || coin(rng) < density) {
-                const uint64_t bit = rng() % (es * 8);
-                b[misalign + i * es + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-              }
-            }
+            std::vector<uint8_t> a, b;
+            MakeDiffPair(rng, n, es, density, misalign, &a, &b);
             const uint8_t* pa = a.data() + misalign;
             const uint8_t* pb = b.data() + misalign;
             const std::string what = std::string(SimdLevelName(level)) + " elem " +
