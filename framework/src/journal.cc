@@ -102,9 +102,8 @@ uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i) {
   return index;
 }
 
-Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path,
-                                                         uint64_t version, uint64_t base,
-                                                         bool durable) {
+Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path, uint64_t version,
+                                                         uint64_t base, bool durable) {
   std::unique_ptr<ApplyJournal> j(new ApplyJournal());
   j->path_ = path;
   j->durable_ = durable;
@@ -116,8 +115,8 @@ Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path
   bool resume = false;
   if (static_cast<uint64_t>(st.st_size) >= kHeaderBytes) {
     std::string existing(kHeaderBytes, '\0');
-    RETURN_NOT_OK(ReadExactly(j->fd_, 0, reinterpret_cast<uint8_t*>(existing.data()),
-                              kHeaderBytes, path));
+    RETURN_NOT_OK(
+        ReadExactly(j->fd_, 0, reinterpret_cast<uint8_t*>(existing.data()), kHeaderBytes, path));
     resume = existing == header;
   }
   if (resume) {
@@ -193,9 +192,9 @@ Status ApplyJournal::Load(uint64_t file_size) {
   return Status::OK();
 }
 
-Status ApplyJournal::Append(const std::string& record_id, const std::string& tensor,
-                            const Box& box, uint32_t elem_size,
-                            const std::vector<uint64_t>& positions, const uint8_t* values) {
+Status ApplyJournal::Append(const std::string& record_id, const std::string& tensor, const Box& box,
+                            uint32_t elem_size, const std::vector<uint64_t>& positions,
+                            const uint8_t* values) {
   if (record_id.size() > UINT16_MAX || tensor.size() > UINT16_MAX) {
     return Status::Invalid("journal: record id or tensor name too long");
   }
@@ -249,12 +248,10 @@ Status ApplyJournal::Replay(const std::map<std::string, TensorView*>& tensors) c
     }
     for (size_t i = 0; i < e.positions.size(); ++i) {
       if (e.positions[i] >= n) {
-        return Status::Corrupt(path_ + ": journal position outside its box in '" + e.tensor +
-                               "'");
+        return Status::Corrupt(path_ + ": journal position outside its box in '" + e.tensor + "'");
       }
       const uint64_t index = BoxElementIndex(t.shape, e.box, e.positions[i]);
-      std::memcpy(t.bytes() + index * e.elem_size, e.values.data() + i * e.elem_size,
-                  e.elem_size);
+      std::memcpy(t.bytes() + index * e.elem_size, e.values.data() + i * e.elem_size, e.elem_size);
     }
   }
   return Status::OK();

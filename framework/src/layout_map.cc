@@ -105,9 +105,9 @@ Result<ShardCuts> ReceiverShardCuts(const Registry& registry, const Config* conf
   for (const TensorSpec& t : canonical) wanted[t.name] = &t;
   std::map<std::string, std::vector<std::set<uint64_t>>> bounds;
   for (int rank = 0; rank < world; ++rank) {
-    ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout,
-                    registry.CreateLayout(layout_name, rank, world, config,
-                                          "layout." + layout_name));
+    ASSIGN_OR_RAISE(
+        std::unique_ptr<Layout> layout,
+        registry.CreateLayout(layout_name, rank, world, config, "layout." + layout_name));
     ASSIGN_OR_RAISE(std::vector<TensorSpec> locals, layout->ListLocal(canonical));
     ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapLocalTensors(*layout, locals));
     for (const LocalSlice& s : slices) {

@@ -285,14 +285,14 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
   ASSIGN_OR_RAISE(int64_t world, m.config.GetInt("receiver.world", 1));
   if (world < 1 || world > 1 << 20 || rank < 0 || rank >= world) {
     return Status::Invalid(m.config.Where("receiver.rank") + ": receiver.rank " +
-                           std::to_string(rank) + " is not in [0, receiver.world=" +
-                           std::to_string(world) + ")");
+                           std::to_string(rank) +
+                           " is not in [0, receiver.world=" + std::to_string(world) + ")");
   }
   ASSIGN_OR_RAISE(std::string layout, m.config.GetString("layout.name", "hf"));
   m.canonical = layout == "hf";
-  ASSIGN_OR_RAISE(m.layout, m.registry->CreateLayout(layout, static_cast<int>(rank),
-                                                     static_cast<int>(world), &m.config,
-                                                     "layout." + layout));
+  ASSIGN_OR_RAISE(m.layout,
+                  m.registry->CreateLayout(layout, static_cast<int>(rank), static_cast<int>(world),
+                                           &m.config, "layout." + layout));
   if (::mkdir(m.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Status::IoError("mkdir " + m.state_dir + ": " + std::strerror(errno));
   }

@@ -218,9 +218,8 @@ struct Sender::Impl {
       ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
     } else {
       if (baseline == nullptr) return Status::Internal("delta published without a baseline");
-      ASSIGN_OR_RAISE(
-          std::vector<uint8_t> mbytes,
-          out->GetAll(ManifestKey(published_version, rank), internal::kMaxControlBytes));
+      ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes, out->GetAll(ManifestKey(published_version, rank),
+                                                               internal::kMaxControlBytes));
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                 ManifestKey(published_version, rank)));
       // Canonical record boxes back to local boxes through the same slice maps that made them.
@@ -231,8 +230,7 @@ struct Sender::Impl {
       internal::TensorResolver resolve =
           internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
       // xor/step records must reach the baseline exactly once even if we crash in between.
-      const std::string journal_path =
-          state_dir + "/advance.r" + std::to_string(rank) + ".journal";
+      const std::string journal_path = state_dir + "/advance.r" + std::to_string(rank) + ".journal";
       ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
                       internal::ApplyJournal::Open(journal_path, published_version,
                                                    baseline_version, /*durable=*/true));
@@ -290,15 +288,17 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   ASSIGN_OR_RAISE(m.poll_ms, m.config.GetInt("sender.poll_interval_ms", 50));
   ASSIGN_OR_RAISE(std::string mode, m.config.GetString("sender.mode", "tp"));
   if (mode != "tp" && mode != "pp") {
-    return Status::Invalid(m.config.Where("sender.mode") + ": sender.mode must be \"tp\" or "
-                           "\"pp\", got \"" + mode + "\"");
+    return Status::Invalid(m.config.Where("sender.mode") +
+                           ": sender.mode must be \"tp\" or "
+                           "\"pp\", got \"" +
+                           mode + "\"");
   }
   m.pp_mode = mode == "pp";
   ASSIGN_OR_RAISE(int64_t stage_ranks, m.config.GetInt("sender.stage_ranks", 1));
   if (stage_ranks < 1 || stage_ranks > world) {
     return Status::Invalid(m.config.Where("sender.stage_ranks") + ": sender.stage_ranks " +
-                           std::to_string(stage_ranks) + " is not in [1, world=" +
-                           std::to_string(world) + "]");
+                           std::to_string(stage_ranks) +
+                           " is not in [1, world=" + std::to_string(world) + "]");
   }
   m.stage_ranks = static_cast<int>(stage_ranks);
   ASSIGN_OR_RAISE(m.receiver_layout, m.config.GetString("sender.receiver_layout", ""));
@@ -308,8 +308,8 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
                            ": sender.receiver_world must be in [1, 2^20]");
   }
   m.receiver_world = static_cast<int>(receiver_world);
-  if (!m.receiver_layout.empty() && m.registry->Find(REFIT_KIND_LAYOUT, m.receiver_layout) ==
-                                        nullptr) {
+  if (!m.receiver_layout.empty() &&
+      m.registry->Find(REFIT_KIND_LAYOUT, m.receiver_layout) == nullptr) {
     return Status::Invalid(m.config.Where("sender.receiver_layout") + ": unknown layout '" +
                            m.receiver_layout + "'");
   }
@@ -321,9 +321,9 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   if (m.pp_mode && m.stage_ranks > 1) {
     ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
     ASSIGN_OR_RAISE(Config stage_config,
-                    Config::FromString("[transport.disk]\ndir = " + json(stage_dir).dump() +
-                                           "\nfsync = false\n",
-                                       "sender.stage_dir"));
+                    Config::FromString(
+                        "[transport.disk]\ndir = " + json(stage_dir).dump() + "\nfsync = false\n",
+                        "sender.stage_dir"));
     ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport("disk", REFIT_ROLE_SENDER,
                                                          "stage-r" + std::to_string(rank),
                                                          &stage_config, "transport.disk"));
@@ -379,8 +379,8 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
     // A pp stage member's staged parts of this version were forwarded (before the commit) and
     // are now in the baseline: the node-local staging area keeps nothing older.
     // Only this rank's objects: a node's stages may share one staging directory.
-    const std::string payloads = VersionDir(m.baseline_version) + "/payload.r" +
-                                 std::to_string(m.rank) + ".";
+    const std::string payloads =
+        VersionDir(m.baseline_version) + "/payload.r" + std::to_string(m.rank) + ".";
     ASSIGN_OR_RAISE(auto staged, m.out->List(payloads));
     for (const auto& entry : staged) RETURN_NOT_OK(m.out->Remove(entry.first));
     RETURN_NOT_OK(m.out->Remove(ManifestKey(m.baseline_version, m.rank)));

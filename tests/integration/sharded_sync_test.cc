@@ -73,10 +73,11 @@ Checkpoint MakeHf(const ModelShape& m, uint64_t seed) {
 // The [layout.<name>] keys describing the model (shared by the trainer and receiver layouts).
 std::string ModelKeys(const ModelShape& m) {
   return "num_layers = " + std::to_string(m.layers) + "\nhidden = " + std::to_string(m.hidden) +
-         "\nnum_heads = " + std::to_string(m.heads) + "\nnum_kv_heads = " +
-         std::to_string(m.kv_heads) + "\nhead_dim = " + std::to_string(m.head_dim) +
-         "\nffn = " + std::to_string(m.ffn) + "\nvocab = " + std::to_string(m.vocab) +
-         "\nnum_experts = " + std::to_string(m.experts) + "\n";
+         "\nnum_heads = " + std::to_string(m.heads) +
+         "\nnum_kv_heads = " + std::to_string(m.kv_heads) +
+         "\nhead_dim = " + std::to_string(m.head_dim) + "\nffn = " + std::to_string(m.ffn) +
+         "\nvocab = " + std::to_string(m.vocab) + "\nnum_experts = " + std::to_string(m.experts) +
+         "\n";
 }
 
 struct Parallel {
@@ -85,7 +86,9 @@ struct Parallel {
   int pp = 1;
   int ep = 1;
   bool pp_mode = false;
-  bool vllm_receivers = true;  // besides the canonical receiver, two vLLM TP=2 receivers  // sender.mode = "pp": each pipeline stage's TP group sends through rank 0 of it
+  bool vllm_receivers =
+      true;  // besides the canonical receiver, two vLLM TP=2 receivers  // sender.mode = "pp": each
+             // pipeline stage's TP group sends through rank 0 of it
   int world() const { return layout == "fsdp" ? tp : tp * pp * ep; }
 };
 
@@ -110,28 +113,29 @@ std::string SenderConfig(const TempDir& dir, const ModelShape& m, const Parallel
   // header (its first version: shapes do not change).
   std::string layout_keys = "shapes_from = \"" + dir / "hf1.safetensors" + "\"\n";
   if (p.layout == "megatron") {
-    layout_keys = ModelKeys(m) + "tp = " + std::to_string(p.tp) + "\npp = " +
-                  std::to_string(p.pp) + "\nep = " + std::to_string(p.ep) + "\n";
+    layout_keys = ModelKeys(m) + "tp = " + std::to_string(p.tp) + "\npp = " + std::to_string(p.pp) +
+                  "\nep = " + std::to_string(p.ep) + "\n";
   }
-  return "[sender]\nstate_dir = \"" + dir / "sender" +
-         "\"\nreceivers = [" + receivers + "]\nack_timeout_s = 60\n"
+  return "[sender]\nstate_dir = \"" + dir / "sender" + "\"\nreceivers = [" + receivers +
+         "]\nack_timeout_s = 60\n"
          "chunk_bytes = \"2KiB\"\nbucket_bytes = \"16KiB\"\npoll_interval_ms = 10\n" +
          sharded_receivers +
-         (p.pp_mode ? "mode = \"pp\"\nstage_ranks = " + std::to_string(p.tp) +
-                          "\nstage_dir = \"" + dir / "stage" + "\"\n"
+         (p.pp_mode ? "mode = \"pp\"\nstage_ranks = " + std::to_string(p.tp) + "\nstage_dir = \"" +
+                          dir / "stage" + "\"\n"
                     : std::string()) +
-         "\n[layout]\nname = \"" +
-         p.layout + "\"\n\n[layout." + p.layout + "]\n" + layout_keys + "\n[layout.vllm]\n" +
-         ModelKeys(m) + "tp = 2\n\n" + Transport(dir);
+         "\n[layout]\nname = \"" + p.layout + "\"\n\n[layout." + p.layout + "]\n" + layout_keys +
+         "\n[layout.vllm]\n" + ModelKeys(m) + "tp = 2\n\n" + Transport(dir);
 }
 
 std::string ReceiverConfig(const TempDir& dir, const ModelShape& m, const std::string& id,
                            int vllm_rank) {
-  std::string text = "[receiver]\nid = \"" + id + "\"\nstate_dir = \"" +
-                     dir / ("recv-" + id) + "\"\npoll_interval_ms = 10\n";
+  std::string text = "[receiver]\nid = \"" + id + "\"\nstate_dir = \"" + dir / ("recv-" + id) +
+                     "\"\npoll_interval_ms = 10\n";
   if (vllm_rank >= 0) {
-    text += "rank = " + std::to_string(vllm_rank) + "\nworld = 2\n\n[layout]\nname = \"vllm\"\n\n"
-            "[layout.vllm]\n" + ModelKeys(m) + "tp = 2\n";
+    text += "rank = " + std::to_string(vllm_rank) +
+            "\nworld = 2\n\n[layout]\nname = \"vllm\"\n\n"
+            "[layout.vllm]\n" +
+            ModelKeys(m) + "tp = 2\n";
   }
   return text + "\n" + Transport(dir);
 }
@@ -140,8 +144,7 @@ std::string ReceiverConfig(const TempDir& dir, const ModelShape& m, const std::s
 std::vector<std::string> Shard(const TempDir& dir, const std::string& hf, const std::string& config,
                                const std::string& layout, const Parallel& p,
                                const std::string& out) {
-  std::vector<std::string> args = {"shard", hf, "--layout", layout, "--config", config,
-                                   "-o", out};
+  std::vector<std::string> args = {"shard", hf, "--layout", layout, "--config", config, "-o", out};
   args.insert(args.end(), {layout == "fsdp" ? "--world" : "--tp", std::to_string(p.tp)});
   if (layout == "megatron") {
     args.insert(args.end(), {"--pp", std::to_string(p.pp), "--ep", std::to_string(p.ep)});
@@ -163,9 +166,10 @@ std::vector<std::string> Shard(const TempDir& dir, const std::string& hf, const 
   } else {
     const int world = layout == "vllm" ? 2 : p.tp;
     for (int r = 0; r < world; ++r) {
-      files.push_back(out + "/" + (layout == "vllm" ? "tp" + std::to_string(r) + "_pp0"
-                                                    : "rank" + std::to_string(r)) +
-                      ".safetensors");
+      files.push_back(
+          out + "/" +
+          (layout == "vllm" ? "tp" + std::to_string(r) + "_pp0" : "rank" + std::to_string(r)) +
+          ".safetensors");
     }
   }
   return files;
@@ -211,9 +215,9 @@ void RunShardedSyncs(const ModelShape& m, const Parallel& p) {
     if (::testing::Test::HasFailure()) return;
     for (int r = 0; r < p.world(); ++r) {
       const CommandResult& s = results[r];
-      EXPECT_NE(s.out.find("published version " + std::to_string(v) +
-                           (v == 1 ? " (full)" : " (delta)")),
-                std::string::npos)
+      EXPECT_NE(
+          s.out.find("published version " + std::to_string(v) + (v == 1 ? " (full)" : " (delta)")),
+          std::string::npos)
           << s.out;
     }
   }
@@ -315,8 +319,8 @@ TEST(ShardedSync, RankPeakMemoryStaysWithinShardBaselineAndTwoBuckets) {
                "[layout]\nname = \"fsdp\"\n\n[layout.fsdp]\nshapes_from = \"" +
                dir / "hf1.safetensors" + "\"\n\n" + Transport(dir));
   WriteAll(dir / "canon.toml", ReceiverConfig(dir, ModelShape{}, "canon", -1));
-  RefitProcess receiver({"recv", "--config", dir / "canon.toml", "--follow", "--until-version",
-                         "3", "--timeout", "600", "--quiet"},
+  RefitProcess receiver({"recv", "--config", dir / "canon.toml", "--follow", "--until-version", "3",
+                         "--timeout", "600", "--quiet"},
                         dir / "recv");
   const Parallel p{"fsdp", 2};
   uint64_t worst_excess = 0;
@@ -328,8 +332,8 @@ TEST(ShardedSync, RankPeakMemoryStaysWithinShardBaselineAndTwoBuckets) {
     }
     const std::string hf = dir / ("hf" + std::to_string(v) + ".safetensors");
     ASSERT_TRUE(write(hf));
-    std::vector<std::string> shards = Shard(dir, hf, dir / "sender.toml", "fsdp", p,
-                                            dir / ("shards" + std::to_string(v)));
+    std::vector<std::string> shards =
+        Shard(dir, hf, dir / "sender.toml", "fsdp", p, dir / ("shards" + std::to_string(v)));
     if (v > 1) std::filesystem::remove(hf);  // hf1 stays: its header gives the shapes
     std::vector<std::unique_ptr<RefitProcess>> senders;
     for (int r = 0; r < 2; ++r) {
@@ -347,12 +351,12 @@ TEST(ShardedSync, RankPeakMemoryStaysWithinShardBaselineAndTwoBuckets) {
       ASSERT_GT(peak, 0u) << s.out;
       const uint64_t allowed = shard_bytes + baseline_bytes + 2 * bucket + (96ull << 20);
       EXPECT_LE(peak, allowed) << "version " << v << " rank " << r << ": " << s.out;
-      std::printf("version %d rank %d: peak resident %.1f MiB, shard %.1f MiB, baseline %.1f MiB, "
-                  "2 buckets %.1f MiB, rest %.1f MiB\n",
-                  v, r, peak / 1048576.0, shard_bytes / 1048576.0, baseline_bytes / 1048576.0,
-                  2.0 * bucket / 1048576.0,
-                  (static_cast<double>(peak) - shard_bytes - baseline_bytes - 2.0 * bucket) /
-                      1048576.0);
+      std::printf(
+          "version %d rank %d: peak resident %.1f MiB, shard %.1f MiB, baseline %.1f MiB, "
+          "2 buckets %.1f MiB, rest %.1f MiB\n",
+          v, r, peak / 1048576.0, shard_bytes / 1048576.0, baseline_bytes / 1048576.0,
+          2.0 * bucket / 1048576.0,
+          (static_cast<double>(peak) - shard_bytes - baseline_bytes - 2.0 * bucket) / 1048576.0);
       const uint64_t base = shard_bytes + baseline_bytes + 2 * bucket;
       if (peak > base) worst_excess = std::max(worst_excess, peak - base);
     }

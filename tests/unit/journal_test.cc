@@ -38,9 +38,8 @@ TEST_F(JournalTest, EntriesSurviveReopenAndReplayIntoTheirBox) {
     ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 7, 6, /*durable=*/true));
     EXPECT_EQ(j->resumed_entries(), 0u);
     const uint16_t values[] = {0xAAAA, 0xBBBB};
-    ASSERT_TRUE(j->Append("p0#1", "w", SubBox(), 2, {0, 5},
-                          reinterpret_cast<const uint8_t*>(values))
-                    .ok());
+    ASSERT_TRUE(
+        j->Append("p0#1", "w", SubBox(), 2, {0, 5}, reinterpret_cast<const uint8_t*>(values)).ok());
     EXPECT_TRUE(j->Has("p0#1"));
   }
   ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 7, 6, true));
