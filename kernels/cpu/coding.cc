@@ -249,8 +249,12 @@ void GatherValues(const void* bits, uint32_t elem_size, const uint64_t* position
   });
 }
 
-void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
-               const uint64_t* positions, uint64_t k, uint8_t* values) {
+namespace {
+
+// Calls fn(j, old ^ new) for each position j, as U, prefetching both inputs ahead.
+template <typename Fn>
+void ForEachXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
+                const uint64_t* positions, uint64_t k, Fn&& fn) {
   const auto* a = static_cast<const uint8_t*>(old_bits);
   const auto* b = static_cast<const uint8_t*>(new_bits);
   ByElem(elem_size, [&](auto tag) {
@@ -263,30 +267,25 @@ void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
         },
         [&](uint64_t j) {
           const uint64_t at = positions[j] * sizeof(U);
-          StoreLE<U>(values + j * sizeof(U), static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at)));
+          fn(j, static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at)));
         });
   });
 }
 
+}  // namespace
+
+void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
+               const uint64_t* positions, uint64_t k, uint8_t* values) {
+  ForEachXor(old_bits, new_bits, elem_size, positions, k,
+             [&](uint64_t j, auto x) { StoreLE<decltype(x)>(values + j * sizeof(x), x); });
+}
+
 void GatherXorPlanes(const void* old_bits, const void* new_bits, uint32_t elem_size,
                      const uint64_t* positions, uint64_t k, uint8_t* planes) {
-  const auto* a = static_cast<const uint8_t*>(old_bits);
-  const auto* b = static_cast<const uint8_t*>(new_bits);
-  ByElem(elem_size, [&](auto tag) {
-    using U = decltype(tag);
-    ForEachPrefetched(
-        k,
-        [&](uint64_t ahead) {
-          __builtin_prefetch(a + positions[ahead] * sizeof(U));
-          __builtin_prefetch(b + positions[ahead] * sizeof(U));
-        },
-        [&](uint64_t j) {
-          const uint64_t at = positions[j] * sizeof(U);
-          const U x = static_cast<U>(LoadLE<U>(a + at) ^ LoadLE<U>(b + at));
-          for (uint32_t byte = 0; byte < sizeof(U); ++byte) {
-            planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
-          }
-        });
+  ForEachXor(old_bits, new_bits, elem_size, positions, k, [&](uint64_t j, auto x) {
+    for (uint32_t byte = 0; byte < sizeof(x); ++byte) {
+      planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
+    }
   });
 }
 
