@@ -632,6 +632,22 @@ Status RankScalar(const refit_encode_input_t& in, ClassFn cls, EncodeScratch<T>&
 }
 
 #if defined(__x86_64__)
+// Classes of the 64-element block at `base` of bits[0, n) into *v; returns the mask of elements
+// that exist (the last, partial block is read from a zero-padded copy in `tail`).
+template <typename T, typename Ops, typename ClassFn>
+CTX_INLINE uint64_t LoadBlock(const uint8_t* bits, uint64_t base, uint64_t n, ClassFn cls,
+                              uint8_t* tail, typename Ops::Classes* v) {
+  const uint8_t* src = bits + base * sizeof(T);
+  uint64_t valid = ~uint64_t{0};
+  if (n - base < kBlockElems) {
+    std::memcpy(tail, src, (n - base) * sizeof(T));
+    src = tail;
+    valid = (uint64_t{1} << (n - base)) - 1;
+  }
+  Ops::template Load<T>(src, cls, v);
+  return valid;
+}
+
 // The block path of RankScalar: s.classes and the old/new bits are already captured (a pass over
 // the positions only); this counts the classes of [lo, hi] per block of 64 elements and ranks
 // each change within its block by a popcount below it.
@@ -647,15 +663,8 @@ CTX_INLINE void RankBlocks(const refit_encode_input_t& in, ClassFn cls, uint32_t
   uint64_t j = 0;
   alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
   for (uint64_t base = 0; base < n; base += kBlockElems) {
-    uint64_t valid = ~uint64_t{0};
-    const uint8_t* src = old + base * sizeof(T);
-    if (n - base < kBlockElems) {  // the last, partial block: from a zero-padded copy
-      std::memcpy(tail, src, (n - base) * sizeof(T));
-      src = tail;
-      valid = (uint64_t{1} << (n - base)) - 1;
-    }
     typename Ops::Classes v;
-    Ops::template Load<T>(src, cls, &v);
+    const uint64_t valid = LoadBlock<T, Ops>(old, base, n, cls, tail, &v);
     for (; j < k && pos[j] - base < kBlockElems; ++j) {
       const uint32_t slot = s.classes[j] - lo;
       const uint64_t below = (uint64_t{1} << (pos[j] - base)) - 1;
@@ -877,15 +886,8 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
   }
   alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
   for (uint64_t base = 0; base < n; base += kBlockElems) {
-    uint64_t valid = ~uint64_t{0};
-    const uint8_t* src = bits + base * sizeof(T);
-    if (n - base < kBlockElems) {  // the last, partial block: from a zero-padded copy
-      std::memcpy(tail, src, (n - base) * sizeof(T));
-      src = tail;
-      valid = (uint64_t{1} << (n - base)) - 1;
-    }
     typename Ops::Classes v;
-    Ops::template Load<T>(src, cls, &v);
+    const uint64_t valid = LoadBlock<T, Ops>(bits, base, n, cls, tail, &v);
     int64_t any = 0;
     for (uint32_t slot = 0; slot < classes; ++slot) {
       remaining[slot] -= Ops::Pop(Ops::Mask(v, lo + slot) & valid);
