@@ -2,13 +2,15 @@
 #include <set>
 
 #include "engine.h"
+#include "faults.h"
 #include "refit/pipeline.h"
 
 namespace refit {
 
 std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
   std::vector<ConfigKeySpec> specs = {
-      {"sender.state_dir", REFIT_CFG_STRING, "", "directory holding the sender's baseline and state"},
+      {"sender.state_dir", REFIT_CFG_STRING, "",
+       "directory holding the sender's baseline and state"},
       {"sender.encoding", REFIT_CFG_STRING, "\"auto\"",
        "encoding of changed records (\"auto\": the best of [encoding.auto] candidates per record)"},
       {"sender.threads", REFIT_CFG_INT, "0",
@@ -33,6 +35,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "layout of sharded receivers (e.g. \"vllm\", configured in [layout.<name>]): records are "
        "cut at their shard boundaries (empty: receivers hold canonical tensors)"},
       {"sender.receiver_world", REFIT_CFG_INT, "1", "number of receiver shards of receiver_layout"},
+      {"sender.verify_puts", REFIT_CFG_BOOL, "true",
+       "read every put object back (size and bytes) and redo puts that stored something else; "
+       "the commit is written only once every object it names is verified"},
       {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
       {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
       {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
@@ -48,6 +53,10 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
+  for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
+    spec.name = "faults." + spec.name;
+    specs.push_back(std::move(spec));
+  }
   for (ConfigKeySpec spec : internal::AutoConfigSpecs()) {
     spec.name = std::string("encoding.") + internal::kAutoEncoding + "." + spec.name;
     specs.push_back(std::move(spec));
@@ -58,11 +67,11 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
 Status ValidateConfig(const Config& config, const Registry& registry) {
   // Framework sections first, then the plugin sections [kind.name].
   const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
-  for (const char* section : {"sender", "receiver", "plugins"}) {
+  for (const char* section : {"sender", "receiver", "plugins", "faults"}) {
     RETURN_NOT_OK(config.Validate(specs, section));
   }
   const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
-                                             "layout", "encoding"};
+                                             "layout", "encoding", "faults"};
   for (const auto& [key, value] : config.values()) {
     std::string root = key.substr(0, key.find('.'));
     if (known_roots.count(root) == 0) {
@@ -112,6 +121,7 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
       RETURN_NOT_OK(config.Validate(plugin_specs, section));
     }
   }
+  RETURN_NOT_OK(internal::FaultOptionsFromConfig(config).status());
   ASSIGN_OR_RAISE(std::string encoding,
                   config.GetString("sender.encoding", internal::kAutoEncoding));
   if (encoding != internal::kAutoEncoding &&

@@ -548,6 +548,21 @@ Status Encoding::Decode(const uint8_t* payload, uint64_t len,
 
 // ------------------------------------------------------------------ Transport
 
+std::unique_ptr<Transport> Transport::Adopt(std::string name,
+                                            const refit_transport_vtable_t* vtable,
+                                            void* instance) {
+  auto info = std::make_shared<ComponentInfo>();
+  info->kind = REFIT_KIND_TRANSPORT;
+  info->name = std::move(name);
+  info->origin = "builtin";
+  info->vtable = vtable;
+  std::unique_ptr<Transport> transport(new Transport());
+  transport->info_ = std::move(info);
+  transport->vtable_ = vtable;
+  transport->instance_ = instance;
+  return transport;
+}
+
 Transport::~Transport() {
   if (vtable_ != nullptr) vtable_->destroy(instance_);
 }
@@ -742,7 +757,8 @@ void CollectLocal(void* ctx, const refit_local_tensor_t* local) noexcept {
 Result<std::vector<TensorSpec>> Layout::ListLocal(const std::vector<TensorSpec>& canonical) const {
   const std::string context = Describe(*info_) + ": list local tensors";
   if (!CanListLocal()) {
-    return Status::Unsupported(context + ": this layout cannot enumerate a rank's tensors (no "
+    return Status::Unsupported(context +
+                               ": this layout cannot enumerate a rank's tensors (no "
                                "list_local: built for plugin ABI 1.0)");
   }
   std::vector<refit_local_tensor_t> views(canonical.size());

@@ -76,6 +76,11 @@ class REFIT_API Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
+  // Wraps an instance made outside any registry with vtable's functions (a decorator such as the
+  // fault injector); vtable->destroy(instance) runs when the Transport is destroyed.
+  static std::unique_ptr<Transport> Adopt(std::string name, const refit_transport_vtable_t* vtable,
+                                          void* instance);
+
   const std::string& name() const { return info_->name; }
   Status Put(const std::string& key, const uint8_t* data, uint64_t len);
   // nullopt when the key does not exist.
