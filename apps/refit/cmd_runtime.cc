@@ -31,7 +31,7 @@ void PrintApplied(const ApplyStats& s) {
               " payloads, %s, %.3f s\n",
               s.version, s.full ? "full" : "delta", s.records, s.payloads,
               HumanBytes(s.payload_bytes).c_str(), s.total_seconds);
-  if (s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
+  if (s.resumed || s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
     std::printf("  resumed an interrupted apply: replayed %" PRIu64
                 " journal entries, skipped %" PRIu64 " records already applied\n",
                 s.resumed_entries, s.resumed_skipped_records);
@@ -68,7 +68,22 @@ Status RunSend(const SendOptions& o) {
   ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
   ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights, SafetensorsFile::Open(weights_path));
   ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
-  std::printf("published version %" PRIu64 " (%s): density %.4f%%, %s changed of %s, payload %s "
+  // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
+  if (s.adopted_commit) {
+    std::printf("recovered: version %" PRIu64 " was committed by an earlier attempt; adopted\n",
+                s.version - 1);
+  }
+  if (s.republished) {
+    std::printf("recovered: an earlier attempt at version %" PRIu64
+                " died before its commit; republished\n",
+                s.version);
+  }
+  if (s.advance_resumed_entries > 0) {
+    std::printf("recovered: baseline advance resumed, replayed %" PRIu64 " journal entries\n",
+                s.advance_resumed_entries);
+  }
+  std::printf("published version %" PRIu64
+              " (%s): density %.4f%%, %s changed of %s, payload %s "
               "(%.4fx dense) in %" PRIu64 " payloads, %.3f s\n",
               s.version, s.full ? "full" : "delta", 100 * s.density(),
               HumanCount(s.changed_elements).c_str(), HumanCount(s.total_elements).c_str(),
@@ -92,17 +107,33 @@ Status RunRecv(const RecvOptions& o) {
   ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
   const double start = Now();
   bool mismatch_reported = false;
+  std::string last_error;
   while (true) {
     Result<std::optional<ApplyStats>> r = receiver->PollOnce();
     if (!r.ok()) {
-      if (r.status().code() != StatusCode::kVersionMismatch || !o.follow) return r.status();
-      // Following: a full sync was requested and will come; say so once.
-      if (!mismatch_reported) {
-        std::fprintf(stderr, "refit: %s; requested a full sync\n", r.status().message().c_str());
-        mismatch_reported = true;
+      const StatusCode code = r.status().code();
+      if (!o.follow) return r.status();
+      if (code == StatusCode::kVersionMismatch) {
+        // Following: a full sync was requested and will come; say so once.
+        if (!mismatch_reported) {
+          std::fprintf(stderr, "refit: %s; requested a full sync\n", r.status().message().c_str());
+          mismatch_reported = true;
+        }
+      } else if (code == StatusCode::kIoError || code == StatusCode::kCorrupt ||
+                 code == StatusCode::kNotFound || code == StatusCode::kTimeout) {
+        // Following: a failed or corrupted read, or a payload not (yet) there, is retried; the
+        // model still is the last committed version (or an `applying` one that resumes).
+        if (r.status().message() != last_error) {
+          std::fprintf(stderr, "refit: %s; retrying\n", r.status().message().c_str());
+          std::fflush(stderr);
+          last_error = r.status().message();
+        }
+      } else {
+        return r.status();
       }
     } else if (r.value()) {
       mismatch_reported = false;
+      last_error.clear();
       if (!o.quiet) PrintApplied(*r.value());
       if (o.until_version != 0 && receiver->version() >= o.until_version) return Status::OK();
       continue;  // there may be more pending versions: poll again at once
@@ -184,12 +215,14 @@ Status RunDemo(const DemoOptions& o) {
   const std::string config_path = dir + "/demo.toml";
   RETURN_NOT_OK(WriteText(config_path,
                           "# written by `refit demo`: sender and receiver over the disk transport\n"
-                          "[sender]\nstate_dir = \"" + dir + "/sender\"\nencoding = \"" +
-                              o.encoding +
+                          "[sender]\nstate_dir = \"" +
+                              dir + "/sender\"\nencoding = \"" + o.encoding +
                               "\"\nreceivers = [\"r0\"]\nack_timeout_s = 600\n\n"
-                              "[receiver]\nid = \"r0\"\nstate_dir = \"" + dir + "/receiver\"\n\n"
-                              "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" + dir +
-                              "/sync\"\n"));
+                              "[receiver]\nid = \"r0\"\nstate_dir = \"" +
+                              dir +
+                              "/receiver\"\n\n"
+                              "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+                              dir + "/sync\"\n"));
   ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
   ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
 
@@ -212,10 +245,11 @@ Status RunDemo(const DemoOptions& o) {
 
   uint64_t model_bytes = 0;
   for (const TensorView& t : model.bf16()) model_bytes += t.nbytes();
-  std::printf("model: %s parameters in %zu tensors, %s; %d syncs at lr %g, encoding %s, work dir "
-              "%s\n\n",
-              HumanCount(model.num_parameters()).c_str(), model.bf16().size(),
-              HumanBytes(model_bytes).c_str(), o.syncs, o.lr, o.encoding.c_str(), dir.c_str());
+  std::printf(
+      "model: %s parameters in %zu tensors, %s; %d syncs at lr %g, encoding %s, work dir "
+      "%s\n\n",
+      HumanCount(model.num_parameters()).c_str(), model.bf16().size(),
+      HumanBytes(model_bytes).c_str(), o.syncs, o.lr, o.encoding.c_str(), dir.c_str());
   std::printf("%7s  %-5s  %8s  %9s  %11s  %9s  %8s  %8s  %8s\n", "version", "kind", "density",
               "changed", "payload", "vs dense", "encode s", "send s", "apply s");
   for (int v = 1; v <= o.syncs; ++v) {
@@ -233,8 +267,8 @@ Status RunDemo(const DemoOptions& o) {
     }
     double apply = sender->acks().empty() ? 0 : sender->acks()[0].apply_seconds;
     std::printf("%7" PRIu64 "  %-5s  %7.3f%%  %9s  %11s  %8.4fx  %8.3f  %8.3f  %8.3f\n", s.version,
-                s.full ? "full" : "delta", 100 * s.density(), HumanCount(s.changed_elements).c_str(),
-                HumanBytes(s.payload_bytes).c_str(),
+                s.full ? "full" : "delta", 100 * s.density(),
+                HumanCount(s.changed_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
                 static_cast<double>(s.payload_bytes) / static_cast<double>(s.model_bytes),
                 s.diff_seconds + s.encode_seconds, s.send_seconds, apply);
     std::fflush(stdout);

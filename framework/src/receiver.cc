@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine.h"
+#include "faults.h"
 #include "journal.h"
 #include "layout_map.h"
 #include "refit/kernels/diff.h"
@@ -36,10 +37,17 @@ struct Receiver::Impl {
   // `applying` until that version is completed (resumed through the journal) or replaced by
   // a full sync.
   uint64_t applying = 0;
+  // Set while a full sync's new file replaces the model: after a crash the file's own version
+  // metadata says whether the rename happened.
+  uint64_t replacing = 0;
+  // Whether this process has made sure the ack of the version it started with exists (a crash
+  // between committing a version locally and acknowledging it must not stall the sender).
+  bool ack_checked = false;
   std::unique_ptr<internal::ApplyJournal> journal;
   bool asked_full = false;
   std::unique_ptr<SafetensorsFile> model;
   std::vector<uint8_t> payload_buffer;
+  std::string prefetched;  // key of the verified payload payload_buffer holds, if any
   std::vector<uint8_t> scratch;
 
   std::string ModelPath() const { return state_dir + "/model.safetensors"; }
@@ -49,6 +57,7 @@ struct Receiver::Impl {
   Status SaveState() {
     json j = {{"version", version}, {"receiver", id}};
     if (applying != 0) j["applying"] = applying;
+    if (replacing != 0) j["replacing"] = replacing;
     return internal::WriteFileAtomic(StatePath(), j.dump(1));
   }
 
@@ -67,11 +76,24 @@ struct Receiver::Impl {
     model = std::move(file).value();
     version = j["version"].get<uint64_t>();
     applying = j.value("applying", uint64_t{0});
+    replacing = j.value("replacing", uint64_t{0});
+    if (replacing != 0) {
+      // Killed around the rename of a full sync: the file says which version it is.
+      auto it = model->metadata().find("refit.version");
+      if (it != model->metadata().end() && it->second == std::to_string(replacing)) {
+        version = replacing;
+        applying = 0;
+        ::unlink(JournalPath().c_str());
+      }
+      replacing = 0;
+      RETURN_NOT_OK(SaveState());
+    }
     return Status::OK();
   }
 
   Result<std::optional<Commit>> ReadCommit(uint64_t v) {
-    auto bytes = transport->GetAll(CommitKey(v), internal::kMaxControlBytes);
+    // Read until two reads agree: a commit corrupted on the way must not pass for another one.
+    auto bytes = internal::GetStable(*transport, CommitKey(v), internal::kMaxControlBytes);
     if (!bytes.ok()) {
       if (bytes.status().code() == StatusCode::kNotFound) return std::optional<Commit>();
       return bytes.status();
@@ -85,11 +107,16 @@ struct Receiver::Impl {
 
   Result<std::vector<Manifest>> ReadManifests(const Commit& c) {
     std::vector<Manifest> out;
+    std::vector<uint8_t> bytes;
     for (const PayloadRef& ref : c.manifests) {
-      ASSIGN_OR_RAISE(std::vector<uint8_t> bytes,
-                      transport->GetAll(ref.key, internal::kMaxControlBytes));
-      if (kernels::Digest64(bytes.data(), bytes.size()) != ref.xxh3) {
-        return Status::Corrupt(ref.key + ": checksum differs from the commit marker's");
+      if (ref.bytes > internal::kMaxControlBytes) {
+        return Status::Corrupt(ref.key + ": manifest of " + std::to_string(ref.bytes) +
+                               " bytes named by commit " + std::to_string(c.version));
+      }
+      Status got = internal::GetVerified(*transport, ref.key, ref.bytes, ref.xxh3, bytes);
+      if (!got.ok()) {
+        return Status(got.code(),
+                      got.message() + " (manifest of commit " + std::to_string(c.version) + ")");
       }
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(bytes.data(), bytes.size(), ref.key));
       // A delta version may hold full parts (a rank that re-sent its shards whole); a full
@@ -124,11 +151,8 @@ struct Receiver::Impl {
               " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
         }
         Stopwatch fetch;
-        payload_buffer.resize(p.bytes);
-        RETURN_NOT_OK(transport->Get(p.key, 0, payload_buffer.data(), p.bytes));
-        if (kernels::Digest64(payload_buffer.data(), p.bytes) != p.xxh3) {
-          return Status::Corrupt(p.key + ": payload checksum mismatch (corrupted in transit?)");
-        }
+        if (prefetched != p.key) RETURN_NOT_OK(FetchPayload(m.version, p));
+        prefetched.clear();
         stats->fetch_seconds += fetch.Seconds();
         Stopwatch apply;
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(payload_buffer.data(), p.bytes, p.key));
@@ -137,6 +161,36 @@ struct Receiver::Impl {
         stats->apply_seconds += apply.Seconds();
         stats->payloads++;
         stats->payload_bytes += p.bytes;
+        internal::MaybeKillAt("receiver.record_applied");
+      }
+    }
+    return Status::OK();
+  }
+
+  // Fetches one payload into payload_buffer and checks it against its manifest entry (a failed
+  // or corrupted read is retried a few times). A payload that stays missing, short or corrupt is
+  // rejected by name, with the records it holds: none of them is applied.
+  Status FetchPayload(uint64_t v, const PayloadRef& p) {
+    prefetched.clear();
+    Status st = internal::GetVerified(*transport, p.key, p.bytes, p.xxh3, payload_buffer);
+    if (st.ok()) return st;
+    const std::string records = p.records == 0   ? std::string("its records")
+                                : p.records == 1 ? std::string("its record 0")
+                                                 : "its records 0-" + std::to_string(p.records - 1);
+    return Status(st.code(), p.key + ": payload rejected, " + records + " of version " +
+                                 std::to_string(v) + " not applied: " + st.message());
+  }
+
+  // Before a delta touches the model in place (or says it is `applying`), every payload of it
+  // must be there and intact: a version with a missing or corrupt payload is refused while the
+  // model and the state still are `version`. The last payload fetched stays in payload_buffer
+  // for the apply (a one-payload version is read once).
+  Status VerifyPayloads(const std::vector<Manifest>& manifests) {
+    for (const Manifest& m : manifests) {
+      for (const PayloadRef& p : m.payloads) {
+        if (p.bytes > apply_bytes) continue;  // refused with its own error when applied
+        RETURN_NOT_OK(FetchPayload(m.version, p));
+        prefetched = p.key;
       }
     }
     return Status::OK();
@@ -168,10 +222,13 @@ struct Receiver::Impl {
       (void)LoadState();
       return st;
     }
+    replacing = c.version;
+    RETURN_NOT_OK(SaveState());
     if (::rename(tmp.c_str(), ModelPath().c_str()) != 0) {
       return Status::IoError("rename " + tmp + ": " + std::strerror(errno));
     }
     RETURN_NOT_OK(internal::FsyncPath(state_dir));
+    internal::MaybeKillAt("receiver.model_synced");
     ASSIGN_OR_RAISE(model, SafetensorsFile::Open(ModelPath(), /*writable=*/true));
     return Status::OK();
   }
@@ -182,18 +239,23 @@ struct Receiver::Impl {
     ApplyStats stats;
     stats.version = c.version;
     stats.full = c.full;
+    prefetched.clear();
     ASSIGN_OR_RAISE(std::vector<Manifest> manifests, ReadManifests(c));
     if (c.full) {
       RETURN_NOT_OK(ApplyFull(c, manifests, &stats));
       applying = 0;
     } else {
+      RETURN_NOT_OK(VerifyPayloads(manifests));
       RETURN_NOT_OK(BeginInPlace(c.version, &stats));
       RETURN_NOT_OK(ApplyPayloads(manifests, &stats));
       RETURN_NOT_OK(model->Sync());
+      internal::MaybeKillAt("receiver.model_synced");
       applying = 0;
     }
     version = c.version;
+    replacing = 0;
     RETURN_NOT_OK(SaveState());
+    internal::MaybeKillAt("receiver.ack");
     if (journal != nullptr) {
       RETURN_NOT_OK(journal->Remove());
       journal.reset();
@@ -201,23 +263,53 @@ struct Receiver::Impl {
       ::unlink(JournalPath().c_str());  // a journal of a version a full sync replaced
     }
     stats.total_seconds = total.Seconds();
-    Ack ack{id, c.version, stats.total_seconds, stats.records};
+    // Until the ack is stored, a failed put is redone by EnsureAcknowledged on the next poll.
+    ack_checked = false;
+    RETURN_NOT_OK(Acknowledge(c, stats.total_seconds, stats.records));
+    ack_checked = true;
+    return stats;
+  }
+
+  Status Acknowledge(const Commit& c, double seconds, uint64_t records) {
+    Ack ack{id, c.version, seconds, records};
     std::string text = SerializeAck(ack);
-    RETURN_NOT_OK(transport->Put(AckKey(id, c.version),
-                                 reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    RETURN_NOT_OK(internal::PutVerified(*transport, AckKey(id, c.version),
+                                        reinterpret_cast<const uint8_t*>(text.data()),
+                                        text.size()));
     if (c.full && asked_full) {
       RETURN_NOT_OK(transport->Remove(NeedFullKey(id)));
       asked_full = false;
     }
-    return stats;
+    return Status::OK();
+  }
+
+  // A receiver killed after committing its version locally but before acknowledging it
+  // acknowledges it now, once per process (the sender waits for that ack).
+  Result<bool> EnsureAcknowledged() {
+    if (ack_checked || version == 0 || applying != 0) return false;
+    ASSIGN_OR_RAISE(std::optional<uint64_t> ack, transport->Size(AckKey(id, version)));
+    bool sent = false;
+    if (!ack.has_value()) {
+      ASSIGN_OR_RAISE(std::optional<Commit> c, ReadCommit(version));
+      if (!c) {
+        ack_checked = true;  // the version is gone from the transport: nothing to answer
+        return false;
+      }
+      RETURN_NOT_OK(Acknowledge(*c, 0, 0));
+      sent = true;
+    }
+    ack_checked = true;
+    return sent;
   }
 
   // Marks the model as being patched to version v (so that a crash leaves a receiver that knows
   // its file is no longer `version`) and opens the journal, replaying an interrupted attempt.
   Status BeginInPlace(uint64_t v, ApplyStats* stats) {
+    stats->resumed = applying == v;
     if (applying != v) {
       applying = v;
       RETURN_NOT_OK(SaveState());
+      internal::MaybeKillAt("receiver.applying");
     }
     ASSIGN_OR_RAISE(journal, internal::ApplyJournal::Open(JournalPath(), v, version, durable));
     stats->resumed_entries = journal->resumed_entries();
@@ -234,8 +326,8 @@ struct Receiver::Impl {
     if (!asked_full) {
       json j = {{"receiver", id}, {"version", version}, {"reason", why}};
       std::string text = j.dump();
-      RETURN_NOT_OK(transport->Put(NeedFullKey(id), reinterpret_cast<const uint8_t*>(text.data()),
-                                   text.size()));
+      RETURN_NOT_OK(internal::PutVerified(
+          *transport, NeedFullKey(id), reinterpret_cast<const uint8_t*>(text.data()), text.size()));
       asked_full = true;
     }
     return Status::OK();
@@ -277,9 +369,8 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
   ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("receiver.state_dir"));
   ASSIGN_OR_RAISE(m.apply_bytes, m.config.GetSize("receiver.apply_bytes", 256ull << 20));
   ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
-  ASSIGN_OR_RAISE(std::string transport, m.config.GetString("transport.name", "disk"));
-  ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_RECEIVER, m.id,
-                                                           &m.config, "transport." + transport));
+  ASSIGN_OR_RAISE(m.transport, internal::CreateTransportWithFaults(*m.registry, m.config,
+                                                                   REFIT_ROLE_RECEIVER, m.id));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
   ASSIGN_OR_RAISE(int64_t rank, m.config.GetInt("receiver.rank", 0));
   ASSIGN_OR_RAISE(int64_t world, m.config.GetInt("receiver.world", 1));
@@ -307,6 +398,7 @@ std::string Receiver::model_path() const { return impl_->ModelPath(); }
 
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;
+  RETURN_NOT_OK(m.EnsureAcknowledged().status());
   ASSIGN_OR_RAISE(std::optional<Commit> next, m.ReadCommit(m.version + 1));
   std::optional<uint64_t> newest;
   if (!next || m.version == 0 || m.asked_full) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine.h"
+#include "faults.h"
 #include "journal.h"
 #include "layout_map.h"
 #include "refit/kernels/diff.h"
@@ -57,6 +58,9 @@ struct Sender::Impl {
   double ack_timeout = 600;
   int64_t full_every = 0;
   int64_t poll_ms = 50;
+  // Read every object back after putting it: a commit is written only once every object it
+  // names is verified in storage (a put may report success and store nothing, or other bytes).
+  bool verify_puts = true;
   // Mode "pp": ranks are gathered in stages of stage_ranks consecutive ranks; a stage's members
   // publish into a node-local staging transport, and its leader (the stage's first rank) forwards
   // their deltas with its own. Mode "tp": every rank publishes to the transport itself.
@@ -76,6 +80,7 @@ struct Sender::Impl {
   bool force_full = false;
   std::unique_ptr<SafetensorsFile> baseline;
   std::vector<Ack> acks;
+  uint64_t advance_resumed_entries = 0;  // of the last baseline advance
 
   std::string StatePath() const { return state_dir + "/sender.r" + std::to_string(rank) + ".json"; }
   std::string BaselinePath() const {
@@ -83,6 +88,10 @@ struct Sender::Impl {
   }
   std::string PendingPath() const {
     return state_dir + "/pending.r" + std::to_string(rank) + ".safetensors";
+  }
+
+  Status PutChecked(Transport& t, const std::string& key, const uint8_t* data, uint64_t len) {
+    return verify_puts ? internal::PutVerified(t, key, data, len) : t.Put(key, data, len);
   }
 
   Status SaveState() {
@@ -185,10 +194,95 @@ struct Sender::Impl {
         if (bytes.size() != p.bytes || kernels::Digest64(bytes.data(), bytes.size()) != p.xxh3) {
           return Status::Corrupt(p.key + ": staged payload differs from its manifest");
         }
-        RETURN_NOT_OK(transport->Put(p.key, bytes.data(), bytes.size()));
+        RETURN_NOT_OK(PutChecked(*transport, p.key, bytes.data(), bytes.size()));
       }
-      RETURN_NOT_OK(transport->Put(key, mbytes.data(), mbytes.size()));
+      RETURN_NOT_OK(PutChecked(*transport, key, mbytes.data(), mbytes.size()));
     }
+    return Status::OK();
+  }
+
+  // Rank 0: the commit marker of `version`, once every rank's manifest exists (waits for them).
+  Result<std::string> BuildCommit(uint64_t version) {
+    Commit commit;
+    commit.version = version;
+    commit.full = true;
+    commit.world = world;
+    std::optional<uint64_t> delta_base;
+    Stopwatch wait;
+    for (int r = 0; r < world; ++r) {
+      const std::string key = ManifestKey(version, r);
+      std::vector<uint8_t> bytes;
+      while (true) {
+        auto got = internal::GetStable(*transport, key, internal::kMaxControlBytes);
+        if (got.ok()) {
+          bytes = std::move(got).value();
+          break;
+        }
+        if (got.status().code() != StatusCode::kNotFound) return got.status();
+        if (wait.Seconds() > ack_timeout) {
+          return Status::Timeout("rank " + std::to_string(r) + " wrote no manifest for version " +
+                                 std::to_string(version));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+      }
+      ASSIGN_OR_RAISE(Manifest rm, ParseManifest(bytes.data(), bytes.size(), key));
+      if (rm.version != version) {
+        return Status::Corrupt(key + ": names version " + std::to_string(rm.version));
+      }
+      // Ranks decide full vs delta on their own (a rank that lost its baseline goes full): the
+      // version is full only when every rank's part is, and every delta part must share a base.
+      commit.full = commit.full && rm.full;
+      if (!rm.full) {
+        if (delta_base && rm.base_version != delta_base) {
+          return Status::Internal("version " + std::to_string(version) +
+                                  ": ranks diffed against different base versions");
+        }
+        delta_base = rm.base_version;
+      }
+      commit.manifests.push_back(
+          {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
+    }
+    commit.base_version = commit.full ? std::nullopt : delta_base;
+    return SerializeCommit(commit);
+  }
+
+  // An earlier attempt at version published_version+1 died (killed, or a put failed) before this
+  // rank's state said it was published. If its commit is out there, the version is committed:
+  // adopt it (rank 0 first rewrites a commit that does not read back as it should). Otherwise no
+  // receiver can have seen it: remove this rank's leftovers, and the version number is reused.
+  Status RecoverUnfinished(SyncStats* stats) {
+    const uint64_t version = published_version + 1;
+    ASSIGN_OR_RAISE(std::optional<uint64_t> commit_size, transport->Size(CommitKey(version)));
+    if (!commit_size.has_value()) {
+      const std::string mine = VersionDir(version) + "/payload.r" + std::to_string(rank) + ".";
+      const std::string manifest = ManifestKey(version, rank);
+      ASSIGN_OR_RAISE(auto stale, out->List(VersionDir(version) + "/"));
+      for (const auto& entry : stale) {
+        if (entry.first.compare(0, mine.size(), mine) != 0 && entry.first != manifest) continue;
+        RETURN_NOT_OK(out->Remove(entry.first));
+        stats->republished = true;
+      }
+      return Status::OK();
+    }
+    if (rank == 0) {
+      ASSIGN_OR_RAISE(std::string expected, BuildCommit(version));
+      auto stored = internal::GetStable(*transport, CommitKey(version), internal::kMaxControlBytes);
+      if (!stored.ok() || std::string(stored.value().begin(), stored.value().end()) != expected) {
+        RETURN_NOT_OK(PutChecked(*transport, CommitKey(version),
+                                 reinterpret_cast<const uint8_t*>(expected.data()),
+                                 expected.size()));
+      }
+    }
+    ASSIGN_OR_RAISE(
+        std::vector<uint8_t> mbytes,
+        internal::GetStable(*out, ManifestKey(version, rank), internal::kMaxControlBytes));
+    ASSIGN_OR_RAISE(Manifest mine,
+                    ParseManifest(mbytes.data(), mbytes.size(), ManifestKey(version, rank)));
+    published_version = version;
+    published_full = mine.full;
+    force_full = false;
+    RETURN_NOT_OK(SaveState());
+    stats->adopted_commit = true;
     return Status::OK();
   }
 
@@ -212,14 +306,23 @@ struct Sender::Impl {
     if (published_full) {
       baseline.reset();
       if (::rename(PendingPath().c_str(), BaselinePath().c_str()) != 0) {
-        return Status::IoError("rename " + PendingPath() + ": " + std::strerror(errno));
+        const int err = errno;
+        // Killed after the rename, before the state said so: the baseline is the full copy.
+        auto current = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
+        if (err != ENOENT || !current.ok() ||
+            current.value()->metadata().count("refit.version") == 0 ||
+            current.value()->metadata().at("refit.version") != std::to_string(published_version)) {
+          return Status::IoError("rename " + PendingPath() + ": " + std::strerror(err));
+        }
       }
       RETURN_NOT_OK(internal::FsyncPath(state_dir));
+      internal::MaybeKillAt("sender.advance");
       ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
     } else {
       if (baseline == nullptr) return Status::Internal("delta published without a baseline");
-      ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes, out->GetAll(ManifestKey(published_version, rank),
-                                                               internal::kMaxControlBytes));
+      ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
+                      internal::GetStable(*out, ManifestKey(published_version, rank),
+                                          internal::kMaxControlBytes));
       ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                 ManifestKey(published_version, rank)));
       // Canonical record boxes back to local boxes through the same slice maps that made them.
@@ -234,6 +337,7 @@ struct Sender::Impl {
       ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
                       internal::ApplyJournal::Open(journal_path, published_version,
                                                    baseline_version, /*durable=*/true));
+      advance_resumed_entries = journal->resumed_entries();
       if (journal->resumed_entries() > 0) {
         std::vector<TensorView> views = baseline->tensors();
         std::map<std::string, TensorView*> all;
@@ -241,14 +345,15 @@ struct Sender::Impl {
         RETURN_NOT_OK(journal->Replay(all));
       }
       std::vector<uint8_t> scratch;
+      std::vector<uint8_t> bytes;
       for (const PayloadRef& p : m.payloads) {
-        ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, out->GetAll(p.key, p.bytes));
-        if (bytes.size() != p.bytes || kernels::Digest64(bytes.data(), bytes.size()) != p.xxh3) {
-          return Status::Corrupt(p.key + ": payload changed after publishing");
-        }
+        RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
+                          .WithContext("advancing the baseline to version " +
+                                       std::to_string(published_version)));
         ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
         RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch,
                                              nullptr, journal.get()));
+        internal::MaybeKillAt("sender.advance");
       }
       RETURN_NOT_OK(baseline->Sync());
       baseline_version = published_version;
@@ -313,10 +418,10 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
     return Status::Invalid(m.config.Where("sender.receiver_layout") + ": unknown layout '" +
                            m.receiver_layout + "'");
   }
-  ASSIGN_OR_RAISE(std::string transport, m.config.GetString("transport.name", "disk"));
-  ASSIGN_OR_RAISE(m.transport, m.registry->CreateTransport(transport, REFIT_ROLE_SENDER,
-                                                           "sender-r" + std::to_string(rank),
-                                                           &m.config, "transport." + transport));
+  ASSIGN_OR_RAISE(m.verify_puts, m.config.GetBool("sender.verify_puts", true));
+  ASSIGN_OR_RAISE(m.transport,
+                  internal::CreateTransportWithFaults(*m.registry, m.config, REFIT_ROLE_SENDER,
+                                                      "sender-r" + std::to_string(rank)));
   m.out = m.transport.get();
   if (m.pp_mode && m.stage_ranks > 1) {
     ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
@@ -394,7 +499,10 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   SyncStats stats;
   {
     Stopwatch wait;
+    RETURN_NOT_OK(m.RecoverUnfinished(&stats));
+    m.advance_resumed_entries = 0;
     RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
+    stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.wait_seconds = wait.Seconds();
   }
   const uint64_t version = m.published_version + 1;
@@ -428,7 +536,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   uint64_t seq = 0;
   std::vector<PayloadRef> refs;
   internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
-    return m.out->Put(key, bytes.data(), bytes.size());
+    Status st = m.PutChecked(*m.out, key, bytes.data(), bytes.size());
+    if (st.ok()) internal::MaybeKillAt("sender.payload_put");
+    return st;
   });
   Metadata md = {{"refit.format", kPayloadFormat},
                  {"refit.version", std::to_string(version)},
@@ -493,7 +603,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   for (const PayloadRef& r : refs) manifest.payload_bytes += r.bytes;
   std::string mtext = SerializeManifest(manifest);
   const std::string mkey = ManifestKey(version, m.rank);
-  RETURN_NOT_OK(m.out->Put(mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+  RETURN_NOT_OK(
+      m.PutChecked(*m.out, mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+  internal::MaybeKillAt("sender.manifest_put");
   if (m.pp_mode && m.IsStageLeader()) RETURN_NOT_OK(m.ForwardStage(version));
 
   // Keep what we published so the baseline can advance to it once acknowledged.
@@ -503,49 +615,10 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
 
   if (m.rank == 0) {
     // The commit marker is written last, once every rank's manifest exists.
-    Commit commit;
-    commit.version = version;
-    commit.full = true;
-    commit.world = m.world;
-    std::optional<uint64_t> delta_base;
-    Stopwatch wait;
-    for (int r = 0; r < m.world; ++r) {
-      const std::string key = ManifestKey(version, r);
-      std::vector<uint8_t> bytes;
-      while (true) {
-        auto got = m.transport->GetAll(key, internal::kMaxControlBytes);
-        if (got.ok()) {
-          bytes = std::move(got).value();
-          break;
-        }
-        if (got.status().code() != StatusCode::kNotFound) return got.status();
-        if (wait.Seconds() > m.ack_timeout) {
-          return Status::Timeout("rank " + std::to_string(r) + " wrote no manifest for version " +
-                                 std::to_string(version));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(m.poll_ms));
-      }
-      ASSIGN_OR_RAISE(Manifest rm, ParseManifest(bytes.data(), bytes.size(), key));
-      if (rm.version != version) {
-        return Status::Corrupt(key + ": names version " + std::to_string(rm.version));
-      }
-      // Ranks decide full vs delta on their own (a rank that lost its baseline goes full): the
-      // version is full only when every rank's part is, and every delta part must share a base.
-      commit.full = commit.full && rm.full;
-      if (!rm.full) {
-        if (delta_base && rm.base_version != delta_base) {
-          return Status::Internal("version " + std::to_string(version) +
-                                  ": ranks diffed against different base versions");
-        }
-        delta_base = rm.base_version;
-      }
-      commit.manifests.push_back(
-          {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
-    }
-    commit.base_version = commit.full ? std::nullopt : delta_base;
-    std::string ctext = SerializeCommit(commit);
-    RETURN_NOT_OK(m.transport->Put(CommitKey(version),
-                                   reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
+    ASSIGN_OR_RAISE(std::string ctext, m.BuildCommit(version));
+    RETURN_NOT_OK(m.PutChecked(*m.transport, CommitKey(version),
+                               reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
+    internal::MaybeKillAt("sender.commit_put");
   }
   m.published_version = version;
   m.published_full = full;

@@ -44,11 +44,18 @@ struct SyncStats {
   uint64_t payload_bytes = 0;  // what crossed the transport
   uint64_t records = 0;
   uint64_t payloads = 0;
-  double wait_seconds = 0;    // waiting for the previous version's acks + baseline advance
+  double wait_seconds = 0;  // waiting for the previous version's acks + baseline advance
   double diff_seconds = 0;
   double encode_seconds = 0;
-  double send_seconds = 0;    // time the pipeline waited on the transport
+  double send_seconds = 0;  // time the pipeline waited on the transport
   double total_seconds = 0;
+  // Recovery of an earlier attempt that died (docs/reliability.md): its commit was stored, so
+  // this publish adopted that version first; or it died before its commit, and this publish
+  // removed its leftovers and reuses the version number; or the baseline advance it was in
+  // resumed through the advance journal (entries replayed).
+  bool adopted_commit = false;
+  bool republished = false;
+  uint64_t advance_resumed_entries = 0;
   double density() const {
     return total_elements ? static_cast<double>(changed_elements) / total_elements : 0.0;
   }
@@ -67,6 +74,9 @@ struct ApplyStats {
   uint64_t journaled_records = 0;
   uint64_t resumed_entries = 0;
   uint64_t resumed_skipped_records = 0;
+  // The model was `applying` this version when the receiver started it: an interrupted in-place
+  // apply resumed (journal entries replayed, overwrite records applied again).
+  bool resumed = false;
   double fetch_seconds = 0;
   double apply_seconds = 0;  // decode + apply + digest verification
   double total_seconds = 0;
