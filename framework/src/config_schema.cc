@@ -45,6 +45,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
       {"receiver.durable", REFIT_CFG_BOOL, "true",
        "sync the apply journal per record (survives power loss, not only process death)"},
+      {"receiver.verify_payloads_first", REFIT_CFG_BOOL, "false",
+       "fetch and verify every payload of a delta before touching the model (reads each twice: "
+       "for storage that may rot after a verified put)"},
       {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
       {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
       {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},

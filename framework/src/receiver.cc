@@ -32,6 +32,7 @@ struct Receiver::Impl {
   std::string state_dir;
   uint64_t apply_bytes = 0;
   bool durable = true;
+  bool verify_payloads_first = false;
   uint64_t version = 0;
   // Set while a delta is being applied in place: the model is then neither `version` nor
   // `applying` until that version is completed (resumed through the journal) or replaced by
@@ -173,24 +174,44 @@ struct Receiver::Impl {
   Status FetchPayload(uint64_t v, const PayloadRef& p) {
     prefetched.clear();
     Status st = internal::GetVerified(*transport, p.key, p.bytes, p.xxh3, payload_buffer);
-    if (st.ok()) return st;
+    return st.ok() ? st : Rejected(v, p, st);
+  }
+
+  static Status Rejected(uint64_t v, const PayloadRef& p, const Status& why) {
     const std::string records = p.records == 0   ? std::string("its records")
                                 : p.records == 1 ? std::string("its record 0")
                                                  : "its records 0-" + std::to_string(p.records - 1);
-    return Status(st.code(), p.key + ": payload rejected, " + records + " of version " +
-                                 std::to_string(v) + " not applied: " + st.message());
+    return Status(why.code(), p.key + ": payload rejected, " + records + " of version " +
+                                  std::to_string(v) + " not applied: " + why.message());
   }
 
   // Before a delta touches the model in place (or says it is `applying`), every payload of it
-  // must be there and intact: a version with a missing or corrupt payload is refused while the
-  // model and the state still are `version`. The last payload fetched stays in payload_buffer
-  // for the apply (a one-payload version is read once).
+  // must exist at its manifest size - a metadata check, so a delta still crosses the link once -
+  // and the first one is fetched and verified (it is applied first, from the buffer). A version
+  // with a payload lost or cut short is refused while the model and the state still are
+  // `version`. A payload whose bytes prove corrupt during the apply is re-read; until it reads
+  // whole the receiver stays `applying` (it never reports a mix as a version).
+  // receiver.verify_payloads_first fetches and verifies every payload here instead (each is then
+  // read twice, but a payload rotten in storage is refused before the model is touched).
   Status VerifyPayloads(const std::vector<Manifest>& manifests) {
+    bool first = true;
     for (const Manifest& m : manifests) {
       for (const PayloadRef& p : m.payloads) {
         if (p.bytes > apply_bytes) continue;  // refused with its own error when applied
-        RETURN_NOT_OK(FetchPayload(m.version, p));
-        prefetched = p.key;
+        if (first || verify_payloads_first) {
+          RETURN_NOT_OK(FetchPayload(m.version, p));
+          prefetched = p.key;
+          first = false;
+          continue;
+        }
+        Result<std::optional<uint64_t>> size = transport->Size(p.key);
+        if (!size.ok()) return Rejected(m.version, p, size.status());
+        if (!size->has_value()) return Rejected(m.version, p, Status::NotFound("it is missing"));
+        if (**size != p.bytes) {
+          return Rejected(m.version, p,
+                          Status::Corrupt("it holds " + std::to_string(**size) +
+                                          " bytes, its manifest says " + std::to_string(p.bytes)));
+        }
       }
     }
     return Status::OK();
@@ -369,6 +390,8 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config) {
   ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("receiver.state_dir"));
   ASSIGN_OR_RAISE(m.apply_bytes, m.config.GetSize("receiver.apply_bytes", 256ull << 20));
   ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
+  ASSIGN_OR_RAISE(m.verify_payloads_first,
+                  m.config.GetBool("receiver.verify_payloads_first", false));
   ASSIGN_OR_RAISE(m.transport, internal::CreateTransportWithFaults(*m.registry, m.config,
                                                                    REFIT_ROLE_RECEIVER, m.id));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);

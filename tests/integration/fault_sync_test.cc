@@ -23,8 +23,13 @@ std::string BaseConfig(const TempDir& dir, const std::string& encoding = "auto")
 class FaultSync : public ::testing::Test {
  protected:
   void SetUp() override { Use("auto"); }
-  void Use(const std::string& encoding) {
-    WriteAll(dir_ / "refit.toml", BaseConfig(dir_, encoding));
+  void Use(const std::string& encoding, const std::string& receiver_keys = "") {
+    std::string config = BaseConfig(dir_, encoding);
+    if (!receiver_keys.empty()) {
+      const std::string section = "[receiver]\n";
+      config.insert(config.find(section) + section.size(), receiver_keys);
+    }
+    WriteAll(dir_ / "refit.toml", config);
   }
 
   CommandResult Send(const std::vector<std::string>& env = {},
@@ -63,10 +68,12 @@ class FaultSync : public ::testing::Test {
   int runs_ = 0;
 };
 
-// A payload of a committed version damaged in storage (flipped bytes or cut short) is refused
-// with an error naming the payload and its records; the receiver keeps its committed version,
-// bit for bit, and applies the version once the payload is whole again.
+// With receiver.verify_payloads_first, a payload of a committed version damaged in storage
+// (flipped bytes or cut short) is refused with an error naming the payload and its records; the
+// receiver keeps its committed version, bit for bit, and applies the version once the payload is
+// whole again.
 TEST_F(FaultSync, CorruptPayloadOfACommittedVersionIsRejectedAndTheModelKept) {
+  Use("auto", "verify_payloads_first = true\n");
   TwoVersions();
   weights_.Mutate(0.3, 80);
   auto s = Send();
@@ -97,6 +104,44 @@ TEST_F(FaultSync, CorruptPayloadOfACommittedVersionIsRejectedAndTheModelKept) {
   auto r = Recv();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(SameTensors(dir_ / "w.safetensors", dir_ / "receiver/model.safetensors"));
+}
+
+// By default a delta crosses the link once: a payload cut short is still refused before the
+// model is touched (its size is checked first), but one whose bytes rotted in storage is found
+// during the apply. The receiver then stays `applying` - never reporting a mix as a version - and
+// completes the version, bit for bit, once the payload reads whole.
+TEST_F(FaultSync, PayloadCorruptInStorageIsFoundMidApplyAndTheVersionCompletedLater) {
+  TwoVersions();
+  weights_.Mutate(0.3, 80);
+  auto s = Send();
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  ASSERT_TRUE(fs::exists(Payload(3, 1))) << "the test needs a version of several payloads";
+  const std::string good = ReadAll(Payload(3, 1));
+
+  WriteAll(Payload(3, 1), good.substr(0, good.size() / 2));
+  auto cut = Recv();
+  EXPECT_NE(cut.exit_code, 0);
+  EXPECT_NE(cut.err.find("v00000003/payload.r0.000001.st: payload rejected"), std::string::npos)
+      << cut.err;
+  EXPECT_EQ(State().find("applying"), std::string::npos) << State();
+  EXPECT_TRUE(SameTensors(dir_ / "w2.safetensors", dir_ / "receiver/model.safetensors"));
+
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x5a;
+  WriteAll(Payload(3, 1), bad);
+  auto rotten = Recv();
+  EXPECT_NE(rotten.exit_code, 0);
+  EXPECT_NE(rotten.err.find("v00000003/payload.r0.000001.st: payload rejected"), std::string::npos)
+      << rotten.err;
+  EXPECT_EQ(LineCount(rotten.err), 1) << rotten.err;
+  EXPECT_NE(State().find("\"applying\": 3"), std::string::npos) << State();
+  EXPECT_NE(State().find("\"version\": 2"), std::string::npos) << State();
+
+  WriteAll(Payload(3, 1), good);
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(SameTensors(dir_ / "w.safetensors", dir_ / "receiver/model.safetensors"));
+  EXPECT_EQ(State().find("applying"), std::string::npos) << State();
 }
 
 TEST_F(FaultSync, CorruptSinglePayloadIsRejectedBeforeTheStateSaysApplying) {
