@@ -114,8 +114,8 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
   ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(layout, metadata));
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(Errno("create", path));
-  Status st = WriteAll(fd, reinterpret_cast<const uint8_t*>(plan.header.data()),
-                       plan.header.size(), path);
+  Status st =
+      WriteAll(fd, reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size(), path);
   static const std::vector<uint8_t> zeros(1 << 20, 0);
   for (size_t i = 0; st.ok() && i < specs.size(); ++i) {
     const TensorView* src = source != nullptr ? source->Find(specs[i].name) : nullptr;
@@ -144,9 +144,9 @@ Result<const Encoding*> EncodingCache::Get(const std::string& name) {
   if (it != encodings_.end()) return it->second.get();
   std::string section = "encoding." + name;
   bool has_section = config_ != nullptr && !config_->KeysUnder(section).empty();
-  ASSIGN_OR_RAISE(std::unique_ptr<Encoding> enc,
-                  registry_.CreateEncoding(name, has_section ? config_ : nullptr,
-                                           has_section ? section : ""));
+  ASSIGN_OR_RAISE(
+      std::unique_ptr<Encoding> enc,
+      registry_.CreateEncoding(name, has_section ? config_ : nullptr, has_section ? section : ""));
   const Encoding* raw = enc.get();
   encodings_[name] = std::move(enc);
   return raw;
@@ -579,8 +579,7 @@ Status DeltaWriter::Finish() {
   return Flush();
 }
 
-AsyncPutter::AsyncPutter(PutFn put)
-    : put_(std::move(put)), thread_([this] { Run(); }) {}
+AsyncPutter::AsyncPutter(PutFn put) : put_(std::move(put)), thread_([this] { Run(); }) {}
 
 AsyncPutter::~AsyncPutter() {
   {
@@ -660,8 +659,8 @@ Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
   t.elem_size = elem;
   t.n_elems = BoxElements(box);
   t.bits = new_bits;
-  RETURN_NOT_OK(enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
-                    .WithContext(where));
+  RETURN_NOT_OK(
+      enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t).WithContext(where));
   const uint64_t digest = kernels::Digest64(new_bits, bytes);
   if (digest != r.digest) {
     return Status::Corrupt(where + ": digest mismatch after apply (expected " +
@@ -673,8 +672,8 @@ Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
   for (size_t k = 0; k < positions.size(); ++k) {
     std::memcpy(values.data() + k * elem, new_bits + positions[k] * elem, elem);
   }
-  RETURN_NOT_OK(journal.Append(id, target.name, box, elem, positions, values.data())
-                    .WithContext(where));
+  RETURN_NOT_OK(
+      journal.Append(id, target.name, box, elem, positions, values.data()).WithContext(where));
   if (stats != nullptr) ++stats->journaled_records;
   MaybeKillAt("receiver.journaled");
   ScatterBox(new_bits, target.shape, box, elem, target.bytes());
@@ -687,6 +686,8 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   const auto& records = payload.records();
   for (size_t i = 0; i < records.size(); ++i) {
     const RecordHeader& r = records[i];
+    // Every rejection is one line naming the payload, the record and its tensor (names were
+    // checked printable by Payload::Parse).
     auto where = [&] {
       return payload.label() + ": record " + std::to_string(i) + " ('" + r.tensor + "')";
     };
@@ -704,8 +705,9 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     }
     for (size_t d = 0; d < box.offset.size(); ++d) {
       if (box.offset[d] > target.shape[d] || box.extent[d] > target.shape[d] - box.offset[d]) {
-        return Status::Corrupt(where() + ": box falls outside the target tensor " +
-                               ShapeToString(target.shape));
+        return Status::Corrupt(where() + ": box at " + ShapeToString(box.offset) + " of extent " +
+                               ShapeToString(box.extent) + " falls outside target tensor '" +
+                               target.name + "' " + ShapeToString(target.shape));
       }
     }
     const uint32_t elem = SizeOf(r.dtype);
@@ -745,8 +747,8 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     t.elem_size = elem;
     t.n_elems = n;
     t.bits = bits;
-    RETURN_NOT_OK(enc->Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
-                      .WithContext(where()));
+    RETURN_NOT_OK(
+        enc->Decode(payload.record_bytes(r), r.data_end - r.data_begin, t).WithContext(where()));
     uint64_t digest = kernels::Digest64(bits, n * elem);
     if (digest != r.digest) {
       return Status::Corrupt(where() + ": digest mismatch after apply (expected " +
