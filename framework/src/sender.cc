@@ -289,8 +289,7 @@ struct Sender::Impl {
   // An ack answers any version; a "need full" request answers only a delta (a receiver can
   // always apply a full sync, so for a full version we wait for its ack).
   bool AnswerPresent(const std::string& receiver, uint64_t version, bool* need_full) {
-    auto ack = transport->Size(AckKey(receiver, version));
-    if (ack.ok() && ack.value().has_value()) return true;
+    if (ValidAck(receiver, version).has_value()) return true;
     if (published_full) return false;
     auto nf = transport->Size(NeedFullKey(receiver));
     if (nf.ok() && nf.value().has_value()) {
@@ -298,6 +297,18 @@ struct Sender::Impl {
       return true;
     }
     return false;
+  }
+
+  // The receiver's ack of `version`, if one is stored that parses and names that receiver and
+  // version: a damaged or misplaced ack object is not an acknowledgement (it is re-read on the
+  // next poll; the receiver re-acknowledges a version it holds when it restarts).
+  std::optional<Ack> ValidAck(const std::string& receiver, uint64_t version) {
+    const std::string key = AckKey(receiver, version);
+    auto bytes = internal::GetStable(*transport, key, internal::kMaxControlBytes);
+    if (!bytes.ok()) return std::nullopt;
+    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
+    if (!ack.ok() || ack->receiver != receiver || ack->version != version) return std::nullopt;
+    return std::move(ack).value();
   }
 
   // Applies our own published delta (re-read from the transport, digest-verified) to the
@@ -473,10 +484,8 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   m.acks.clear();
   for (const std::string& r : m.receivers) {
-    auto bytes = m.transport->GetAll(AckKey(r, m.published_version), internal::kMaxControlBytes);
-    if (!bytes.ok()) continue;  // answered with need-full instead
-    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), AckKey(r, m.published_version));
-    if (ack.ok()) m.acks.push_back(ack.value());
+    std::optional<Ack> ack = m.ValidAck(r, m.published_version);
+    if (ack) m.acks.push_back(std::move(*ack));  // else answered with need-full instead
   }
   if (need_full) m.force_full = true;
   RETURN_NOT_OK(m.AdvanceBaseline());

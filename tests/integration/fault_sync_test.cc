@@ -144,6 +144,34 @@ TEST_F(FaultSync, PayloadCorruptInStorageIsFoundMidApplyAndTheVersionCompletedLa
   EXPECT_EQ(State().find("applying"), std::string::npos) << State();
 }
 
+// An ack object that does not parse, or names another receiver or version, is not an
+// acknowledgement: the sender does not advance its baseline on it.
+TEST_F(FaultSync, DamagedAckDoesNotAdvanceTheSender) {
+  TwoVersions();
+  weights_.Mutate(0.01, 81);
+  auto s = Send();
+  ASSERT_EQ(s.exit_code, 0) << s.err;  // version 3, never received
+  std::string config = ReadAll(dir_ / "refit.toml");
+  config.replace(config.find("ack_timeout_s = 60"), 18, "ack_timeout_s = 1");
+  WriteAll(dir_ / "impatient.toml", config);
+  const std::string ack = dir_ / "sync/acks/r0/v00000003";
+  const std::string forged_ack = ReadAll(dir_ / "sync/acks/r0/v00000002");  // version 2's
+  for (const std::string& bad : {std::string("{\"receiver\": \"r0\", \"ver"), forged_ack}) {
+    WriteAll(ack, bad);
+    weights_.Mutate(0.01, 82);
+    auto next = Send({}, "impatient.toml");
+    EXPECT_NE(next.exit_code, 0);
+    EXPECT_NE(next.err.find("not acknowledged"), std::string::npos) << next.err;
+    EXPECT_FALSE(fs::exists(dir_ / "sync/v00000004/COMMIT"));
+  }
+  fs::remove(ack);
+  auto r = Recv();  // the real ack of version 3
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto next = Send({}, "impatient.toml");
+  ASSERT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_NE(next.out.find("published version 4 (delta)"), std::string::npos) << next.out;
+}
+
 TEST_F(FaultSync, CorruptSinglePayloadIsRejectedBeforeTheStateSaysApplying) {
   TwoVersions();
   weights_.Mutate(0.002, 79);
