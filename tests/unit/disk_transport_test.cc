@@ -14,6 +14,7 @@
 
 #include "refit/config.h"
 #include "refit/registry.h"
+#include "temp_dir_util.h"
 
 namespace refit {
 namespace {
@@ -25,16 +26,9 @@ constexpr char kSection[] = "transport.disk";
 class DiskTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "refit-disk-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
     auto registry = Registry::WithBuiltins();
     ASSERT_TRUE(registry.ok()) << registry.status().ToString();
     registry_ = std::move(registry).value();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   Result<std::unique_ptr<Transport>> Make(const std::string& dir,
@@ -67,7 +61,8 @@ class DiskTransportTest : public ::testing::Test {
     return v;
   }
 
-  fs::path root_;
+  refit::testing::ScopedTempDir temp_{"refit-disk-test"};
+  fs::path root_ = temp_.path();
   std::unique_ptr<Registry> registry_;
 };
 

@@ -15,6 +15,7 @@
 #include "refit/kernels/diff.h"
 #include "refit/pipeline.h"
 #include "refit/registry.h"
+#include "temp_dir_util.h"
 
 namespace refit::internal {
 namespace {
@@ -24,16 +25,9 @@ namespace fs = std::filesystem;
 class FaultTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "refit-faults-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
     auto registry = Registry::WithBuiltins();
     ASSERT_TRUE(registry.ok()) << registry.status().ToString();
     registry_ = std::move(registry).value();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   std::unique_ptr<Transport> Disk() {
@@ -63,7 +57,8 @@ class FaultTransportTest : public ::testing::Test {
     return b;
   }
 
-  std::string root_;
+  refit::testing::ScopedTempDir temp_{"refit-faults-test"};
+  std::string root_ = temp_.path().string();
   std::unique_ptr<Registry> registry_;
 };
 
