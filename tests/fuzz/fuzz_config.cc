@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config_internal.h"
+#include "fuzz_check.h"
 #include "refit/config.h"
 #include "text_util.h"
 
@@ -17,16 +18,6 @@ namespace {
 
 using refit::Config;
 using refit::ConfigValue;
-
-#define FUZZ_CHECK(cond, ...)                                         \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "fuzz_config: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-      std::abort();                                                   \
-    }                                                                 \
-  } while (0)
 
 void CheckError(const refit::Status& st, const std::string& label) {
   FUZZ_CHECK(!st.ok(), "expected an error");

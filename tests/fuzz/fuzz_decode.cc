@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "refit/kernels/diff.h"
 #include "refit/plugin_abi.h"
 
@@ -31,16 +32,6 @@ extern "C" const refit_plugin_t* fuzz_entry_indices(const refit_host_api_t* host
 #endif
 
 namespace {
-
-#define FUZZ_CHECK(cond, ...)                                         \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "fuzz_decode: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                              \
-      std::fprintf(stderr, "\n");                                     \
-      std::abort();                                                   \
-    }                                                                 \
-  } while (0)
 
 #ifdef REFIT_FUZZ_ONE_ENTRY
 constexpr refit_plugin_entry_fn kEntries[] = {&REFIT_FUZZ_ONE_ENTRY};

@@ -9,19 +9,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "fuzz_check.h"
 #include "refit/wire.h"
 
 namespace {
-
-#define FUZZ_CHECK(cond, ...)                                           \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      std::fprintf(stderr, "fuzz_manifest: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                \
-      std::fprintf(stderr, "\n");                                       \
-      std::abort();                                                     \
-    }                                                                   \
-  } while (0)
 
 const std::string kLabel = "fuzz.json";
 

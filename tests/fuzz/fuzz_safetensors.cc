@@ -11,21 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "refit/safetensors.h"
 
 namespace {
 
 using refit::SafetensorsFile;
-
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "fuzz_safetensors: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
 
 void CheckError(const refit::Status& st, const std::string& label) {
   FUZZ_CHECK(!st.ok(), "expected an error");

@@ -10,19 +10,10 @@
 #include <cstring>
 #include <string>
 
+#include "fuzz_check.h"
 #include "refit/wire.h"
 
 namespace {
-
-#define FUZZ_CHECK(cond, ...)                                       \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      std::fprintf(stderr, "fuzz_wire: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                            \
-      std::fprintf(stderr, "\n");                                   \
-      std::abort();                                                 \
-    }                                                               \
-  } while (0)
 
 const std::string kLabel = "v00000001/payload.r0.000000.st";
 
