@@ -16,21 +16,12 @@
 #include <vector>
 
 #include "ctx_codec.h"
+#include "fuzz_check.h"
 #include "refit/kernels/diff.h"
 #include "refit/kernels/dispatch.h"
 #include "refit/sdk/encoding_util.hpp"
 
 namespace {
-
-#define FUZZ_CHECK(cond, ...)                                      \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "fuzz_ctx: check failed: %s: ", #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-      std::abort();                                                \
-    }                                                              \
-  } while (0)
 
 constexpr uint64_t kElems = 97;
 constexpr size_t kGuardBytes = 256;

@@ -93,12 +93,13 @@ Case MakeCase(int32_t dtype, uint64_t n, double density, uint64_t seed, bool wid
 std::string Name(SimdLevel level) { return kernels::SimdLevelName(level); }
 
 // Every level's payload equals the scalar one, and every level decodes it to the new bits.
-void ExpectLevelsAgree(Case& c, const std::string& what) {
+void ExpectLevelsAgree(Case& c, const std::string& what,
+                       ctx::CodedForm form = ctx::CodedForm::kAuto) {
   const refit_encode_input_t in = c.Input();
   std::vector<uint8_t> reference;
   for (SimdLevel level : kLevels) {
     std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
-    Result<uint64_t> size = ctx::EncodeAt(level, in, out.data(), out.size());
+    Result<uint64_t> size = ctx::EncodeAt(level, in, out.data(), out.size(), form);
     ASSERT_TRUE(size.ok()) << what << " at " << Name(level) << ": " << size.status().ToString();
     out.resize(*size);
     if (level == SimdLevel::kScalar) {
@@ -116,23 +117,46 @@ void ExpectLevelsAgree(Case& c, const std::string& what) {
   }
 }
 
+// Both coded forms (the adaptive range coder, and the table form that large records get) on
+// every dtype.
 TEST(CtxLevels, PayloadsAndBitsAgreeOnEveryDtype) {
   // Sizes around the 64-element blocks (partial last block, exactly one block, one more).
   const uint64_t sizes[] = {1, 2, 63, 64, 65, 97, 128, 1000, 4096 + 13};
   const double densities[] = {0.002, 0.03, 0.4, 1.0};
   uint64_t seed = 1;
-  for (int32_t dtype = REFIT_DTYPE_BOOL; dtype <= REFIT_DTYPE_F8_E5M2; ++dtype) {
-    for (uint64_t n : sizes) {
-      for (double density : densities) {
-        for (bool wide : {false, true}) {
-          Case c = MakeCase(dtype, n, density, seed++, wide);
-          ExpectLevelsAgree(c, "dtype " + std::to_string(dtype) + ", n " + std::to_string(n) +
-                                   ", density " + std::to_string(density) +
-                                   (wide ? ", wide exponents" : ""));
-          if (HasFatalFailure()) return;
+  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables}) {
+    for (int32_t dtype = REFIT_DTYPE_BOOL; dtype <= REFIT_DTYPE_F8_E5M2; ++dtype) {
+      for (uint64_t n : sizes) {
+        for (double density : densities) {
+          for (bool wide : {false, true}) {
+            Case c = MakeCase(dtype, n, density, seed++, wide);
+            ExpectLevelsAgree(c,
+                              std::string(form == ctx::CodedForm::kTables ? "tables" : "adaptive") +
+                                  ", dtype " + std::to_string(dtype) + ", n " + std::to_string(n) +
+                                  ", density " + std::to_string(density) +
+                                  (wide ? ", wide exponents" : ""),
+                              form);
+            if (HasFatalFailure()) return;
+          }
         }
       }
     }
+  }
+}
+
+// A record large enough for the automatic choice to take the table form, with wild steps and
+// long runs (escapes) mixed in.
+TEST(CtxLevels, LargeRecordsTakeTheTableFormAtEveryLevel) {
+  for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F32, REFIT_DTYPE_F64}) {
+    Case c = MakeCase(dtype, 400000, 0.2, 77 + static_cast<uint64_t>(dtype), false);
+    const refit_encode_input_t in = c.Input();
+    ASSERT_GE(in.n_changed, uint64_t{1} << 16);
+    std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
+    Result<uint64_t> size = ctx::Encode(in, out.data(), out.size());
+    ASSERT_TRUE(size.ok()) << size.status().ToString();
+    EXPECT_EQ(out[5], 2) << "expected the table form";
+    ExpectLevelsAgree(c, "large, dtype " + std::to_string(dtype));
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -159,52 +183,56 @@ TEST(CtxLevels, ForgedPayloadsDecodeIdenticallyAtEveryLevel) {
   constexpr size_t kGuard = 64;
   constexpr uint8_t kGuardByte = 0xA5;
   std::mt19937_64 rng(99);
-  for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F16, REFIT_DTYPE_F32, REFIT_DTYPE_F64,
-                        REFIT_DTYPE_F8_E5M2, REFIT_DTYPE_U8}) {
-    Case c = MakeCase(dtype, 200, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
-    const refit_encode_input_t in = c.Input();
-    std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));
-    Result<uint64_t> size = ctx::EncodeAt(SimdLevel::kScalar, in, valid.data(), valid.size());
-    ASSERT_TRUE(size.ok());
-    valid.resize(*size);
-    ASSERT_EQ(valid[5], 0) << "expected a coded payload";
-    for (int trial = 0; trial < 300; ++trial) {
-      std::vector<uint8_t> forged = valid;
-      const int edits = 1 + static_cast<int>(rng() % 4);
-      for (int e = 0; e < edits; ++e) {
-        const size_t at = 7 + rng() % (forged.size() - 7);  // after version, checksum, mode, dtype
-        forged[at] = static_cast<uint8_t>(rng());
-      }
-      if (trial % 5 == 0) forged.resize(forged.size() - 1 - rng() % 3);
-      const uint64_t digest = kernels::Digest64(forged.data() + 5, forged.size() - 5);
-      sdk::StoreLE<uint32_t>(forged.data() + 1, static_cast<uint32_t>(digest));
-
-      std::vector<uint8_t> reference_bits;
-      Status reference;
-      for (SimdLevel level : kLevels) {
-        std::vector<uint8_t> buf(c.old_bits.size() + 2 * kGuard, kGuardByte);
-        std::memcpy(buf.data() + kGuard, c.old_bits.data(), c.old_bits.size());
-        refit_decode_target_t t{};
-        t.struct_size = sizeof(t);
-        t.dtype = c.dtype;
-        t.elem_size = c.elem_size;
-        t.n_elems = c.n();
-        t.bits = buf.data() + kGuard;
-        Status st = ctx::DecodeAt(level, forged.data(), forged.size(), t);
-        for (size_t g = 0; g < kGuard; ++g) {
-          ASSERT_EQ(buf[g], kGuardByte) << Name(level) << " wrote before the target";
-          ASSERT_EQ(buf[kGuard + c.old_bits.size() + g], kGuardByte)
-              << Name(level) << " wrote after the target";
+  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables}) {
+    for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F16, REFIT_DTYPE_F32, REFIT_DTYPE_F64,
+                          REFIT_DTYPE_F8_E5M2, REFIT_DTYPE_U8}) {
+      Case c = MakeCase(dtype, 200, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
+      const refit_encode_input_t in = c.Input();
+      std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));
+      Result<uint64_t> size =
+          ctx::EncodeAt(SimdLevel::kScalar, in, valid.data(), valid.size(), form);
+      ASSERT_TRUE(size.ok());
+      valid.resize(*size);
+      ASSERT_EQ(valid[5], form == ctx::CodedForm::kTables ? 2 : 0) << "expected a coded payload";
+      for (int trial = 0; trial < 300; ++trial) {
+        std::vector<uint8_t> forged = valid;
+        const int edits = 1 + static_cast<int>(rng() % 4);
+        for (int e = 0; e < edits; ++e) {
+          const size_t at =
+              7 + rng() % (forged.size() - 7);  // after version, checksum, mode, dtype
+          forged[at] = static_cast<uint8_t>(rng());
         }
-        std::vector<uint8_t> bits(buf.begin() + kGuard, buf.end() - kGuard);
-        if (level == SimdLevel::kScalar) {
-          reference = st;
-          reference_bits = bits;
-        } else {
-          ASSERT_EQ(st.ToString(), reference.ToString())
-              << "dtype " << dtype << " trial " << trial << " at " << Name(level);
-          ASSERT_TRUE(bits == reference_bits) << "dtype " << dtype << " trial " << trial << ": "
-                                              << Name(level) << " decoded other bits than scalar";
+        if (trial % 5 == 0) forged.resize(forged.size() - 1 - rng() % 3);
+        const uint64_t digest = kernels::Digest64(forged.data() + 5, forged.size() - 5);
+        sdk::StoreLE<uint32_t>(forged.data() + 1, static_cast<uint32_t>(digest));
+
+        std::vector<uint8_t> reference_bits;
+        Status reference;
+        for (SimdLevel level : kLevels) {
+          std::vector<uint8_t> buf(c.old_bits.size() + 2 * kGuard, kGuardByte);
+          std::memcpy(buf.data() + kGuard, c.old_bits.data(), c.old_bits.size());
+          refit_decode_target_t t{};
+          t.struct_size = sizeof(t);
+          t.dtype = c.dtype;
+          t.elem_size = c.elem_size;
+          t.n_elems = c.n();
+          t.bits = buf.data() + kGuard;
+          Status st = ctx::DecodeAt(level, forged.data(), forged.size(), t);
+          for (size_t g = 0; g < kGuard; ++g) {
+            ASSERT_EQ(buf[g], kGuardByte) << Name(level) << " wrote before the target";
+            ASSERT_EQ(buf[kGuard + c.old_bits.size() + g], kGuardByte)
+                << Name(level) << " wrote after the target";
+          }
+          std::vector<uint8_t> bits(buf.begin() + kGuard, buf.end() - kGuard);
+          if (level == SimdLevel::kScalar) {
+            reference = st;
+            reference_bits = bits;
+          } else {
+            ASSERT_EQ(st.ToString(), reference.ToString())
+                << "dtype " << dtype << " trial " << trial << " at " << Name(level);
+            ASSERT_TRUE(bits == reference_bits) << "dtype " << dtype << " trial " << trial << ": "
+                                                << Name(level) << " decoded other bits than scalar";
+          }
         }
       }
     }

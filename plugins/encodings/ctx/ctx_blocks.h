@@ -74,16 +74,6 @@ struct Avx2Ops {
   CTX_TARGET_AVX2 static uint32_t Pop(uint64_t m) {
     return static_cast<uint32_t>(__builtin_popcountll(m));
   }
-  // Bit s set when counts[s] < 0, for s < n; counts is readable (and not negative) up to n
-  // rounded up to a multiple of 8.
-  CTX_TARGET_AVX2 static uint64_t Negatives(const int64_t* counts, uint32_t n) {
-    uint64_t m = 0;
-    for (uint32_t s = 0; s < n; s += 4) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(counts + s));
-      m |= uint64_t{static_cast<uint32_t>(_mm256_movemask_pd(_mm256_castsi256_pd(v)))} << s;
-    }
-    return m;
-  }
   // The position of m's set bit of rank r (r < Pop(m)). No pdep: it is microcoded on some AMD
   // cores that have AVX2.
   CTX_TARGET_AVX2 static uint32_t Select(uint64_t m, uint64_t r) {
@@ -149,14 +139,6 @@ struct Avx512Ops {
   }
   CTX_TARGET_AVX512 static uint32_t Pop(uint64_t m) {
     return static_cast<uint32_t>(__builtin_popcountll(m));
-  }
-  CTX_TARGET_AVX512 static uint64_t Negatives(const int64_t* counts, uint32_t n) {
-    uint64_t m = 0;
-    for (uint32_t s = 0; s < n; s += 8) {
-      m |= uint64_t{_mm512_cmplt_epi64_mask(_mm512_loadu_si512(counts + s), _mm512_setzero_si512())}
-           << s;
-    }
-    return m;
   }
   CTX_TARGET_AVX512 static uint32_t Select(uint64_t m, uint64_t r) {
     return static_cast<uint32_t>(__builtin_ctzll(_pdep_u64(uint64_t{1} << r, m)));

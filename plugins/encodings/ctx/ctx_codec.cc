@@ -13,17 +13,24 @@
 // Values: the step new - old in the dtype's ordered integer representation (floats: negative
 // patterns flipped so that integer order is value order), as sign + magnitude. A one-ULP step
 // costs about a bit and a half; larger steps cost their bit length plus raw bits.
+//
+// Two coded forms: small records go through an adaptive binary range coder in position order
+// (mode 0); records of 2^16 changes or more through static per-record tables, rANS and a raw bit
+// stream in class-major order (mode 2, ctx_tables.h), which the decoder decodes in full before a
+// class-by-class chunk walk applies it.
 #include "ctx_codec.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ctx_blocks.h"
+#include "ctx_tables.h"
 #include "refit/kernels/diff.h"
 #include "refit/kernels/dispatch.h"
 #include "refit/sdk/encoding_util.hpp"
@@ -34,9 +41,14 @@ namespace {
 using sdk::LoadLE;
 using sdk::StoreLE;
 
-constexpr uint8_t kFormatVersion = 1;
-constexpr uint8_t kModeCoded = 0;
+constexpr uint8_t kFormatVersion = 2;
+constexpr uint8_t kModeCoded = 0;  // adaptive range coder
 constexpr uint8_t kModeLiteral = 1;
+constexpr uint8_t kModeTables = 2;  // static tables + rANS + raw bits (large records)
+// The table form pays ~1-2 KB of tables per record for a much cheaper entropy stage (from most of
+// the decode time to ~10-15% of it): worth it from this many changes on (both forms code about
+// the same bits per change otherwise).
+constexpr uint64_t kTableMinChanges = uint64_t{1} << 16;
 // version, checksum (u32), mode, dtype.
 constexpr uint64_t kFixedHeaderBytes = 7;
 constexpr uint64_t kChecksumOffset = 1;
@@ -696,16 +708,233 @@ CTX_TARGET_AVX512 __attribute__((flatten)) void RankBlocksAvx512(const refit_enc
 }
 #endif
 
+// The adaptive form (mode 0): every class's first run, then per change its step and the run to
+// its class's next change, all through the adaptive binary range coder. first_runs is indexed
+// by class; s.runs holds each change's run to its class's next change.
+template <typename T>
+uint64_t EncodeAdaptive(const DTypeSpec& spec, uint32_t lo, uint32_t hi, EncodeScratch<T>& s,
+                        uint64_t k, const uint64_t* first_runs, uint8_t* out, uint64_t cap) {
+  Models models(hi - lo + 1);
+  RangeEncoder rc(out, cap);
+  for (uint32_t c = lo; c <= hi; ++c) EncodeNumber(rc, models.first_run, first_runs[c] + 1);
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint32_t slot = s.classes[j] - lo;
+    uint32_t negative;
+    uint64_t magnitude;
+    SplitStep<T>(s.olds[j], s.news[j], spec.is_float, &negative, &magnitude);
+    EncodeMagnitude(rc, models, slot, magnitude);
+    EncodeRun(rc, models.runs[slot], models.long_run, s.runs[j], negative);
+  }
+  rc.Finish();
+  return rc.size();
+}
+
+// ------------------------------------------------------------------ table-coded form (mode 2)
+//
+// Changes in class-major order (every change of the lowest class in position order, then the
+// next class, ...), so that the decoder can decode them all before walking the elements. Per
+// change one symbol from its class's table: the bucket of run + 1 (ctx_tables.h) and whether the
+// step is other than one (2 x 128 symbols); such a step then has a symbol from the shared table
+// of step buckets (bucket of magnitude - 1). The raw stream holds, per change, the big step's
+// low bits (if any), then the step's sign and the run's low bits.
+
+constexpr uint32_t kJointSymbols = 2 * tables::kBuckets;
+constexpr uint32_t kBigSymbols = tables::kBuckets;
+
+// Writes one table (varint m, 0 for an empty table; else varint first symbol, then the m
+// quantized frequencies of symbols first .. first + m - 1, the first and last nonzero) and sets
+// freq to the frequencies both sides code with.
+void PutTable(const uint64_t* counts, uint32_t n, std::vector<uint8_t>* out, uint32_t* freq) {
+  uint32_t first = n;
+  uint32_t last = 0;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (counts[s] == 0) continue;
+    first = std::min(first, s);
+    last = s;
+  }
+  uint8_t varint[kMaxVarintBytes];
+  if (first == n) {
+    out->push_back(0);
+    std::fill(freq, freq + n, 0);
+    return;
+  }
+  uint32_t normalized[kJointSymbols];
+  tables::NormalizeFrequencies(counts, n, normalized);
+  uint8_t quantized[kJointSymbols] = {};
+  for (uint32_t s = first; s <= last; ++s) quantized[s] = tables::QuantizeFrequency(normalized[s]);
+  out->insert(out->end(), varint, PutVarint(varint, last - first + 1));
+  out->insert(out->end(), varint, PutVarint(varint, first));
+  out->insert(out->end(), quantized + first, quantized + last + 1);
+  tables::FrequenciesFromQuantized(quantized, n, freq);
+}
+
+// Reads one table written by PutTable into freq[0, n); false when malformed. An empty table
+// decodes symbol 0 at no cost (a valid payload never reads it).
+bool GetTable(const uint8_t* p, uint64_t len, uint64_t* pos, uint32_t n, uint32_t* freq) {
+  uint64_t m = 0;
+  uint64_t first = 0;
+  if (!GetVarint(p, len, pos, &m)) return false;
+  std::fill(freq, freq + n, 0);
+  if (m == 0) {
+    freq[0] = tables::kTotal;
+    return true;
+  }
+  if (!GetVarint(p, len, pos, &first) || first >= n || m > n - first || len - *pos < m) {
+    return false;
+  }
+  uint8_t quantized[kJointSymbols] = {};
+  for (uint64_t i = 0; i < m; ++i) {
+    const uint8_t q = p[*pos + i];
+    if (q > tables::kMaxQuantized) return false;
+    quantized[first + i] = q;
+  }
+  *pos += m;
+  if (quantized[first] == 0 || quantized[first + m - 1] == 0) return false;
+  tables::FrequenciesFromQuantized(quantized, n, freq);
+  return true;
+}
+
+struct TableEncodeScratch {
+  std::vector<uint64_t> order;   // the changes in class-major order
+  std::vector<uint8_t> joint;    // each change's joint symbol (class-major)
+  std::vector<uint8_t> big;      // each change's step bucket (when its step is not one)
+  std::vector<uint64_t> counts;  // per class slot kJointSymbols, then the step buckets
+  std::vector<uint32_t> freq;    // the same layout: what is coded with
+  std::vector<uint16_t> words;   // rANS output, in reverse read order
+  std::vector<uint8_t> raw;      // raw bit stream
+  std::vector<uint8_t> header;   // first runs and tables
+
+  void Trim() {
+    constexpr uint64_t kRetainedScratchChanges = uint64_t{1} << 20;
+    if (order.size() > kRetainedScratchChanges) *this = TableEncodeScratch();
+  }
+};
+
+template <typename T>
+uint64_t EncodeTables(const DTypeSpec& spec, uint32_t lo, uint32_t hi, EncodeScratch<T>& s,
+                      uint64_t k, const uint64_t* first_runs, uint8_t* out, uint64_t cap) {
+  thread_local TableEncodeScratch t;
+  const uint32_t slots = hi - lo + 1;
+  t.order.resize(k);
+  t.joint.resize(k);
+  t.big.resize(k);
+  t.counts.assign(uint64_t{slots + 1} * kJointSymbols, 0);
+  t.freq.assign(uint64_t{slots + 1} * kJointSymbols, 0);
+  t.words.clear();
+  t.raw.clear();
+  t.header.clear();
+  // Class-major order (a counting sort of the changes by class slot, stable).
+  std::vector<uint64_t> per_slot(slots + 1, 0);
+  for (uint64_t j = 0; j < k; ++j) ++per_slot[s.classes[j] - lo + 1];
+  for (uint32_t slot = 0; slot < slots; ++slot) per_slot[slot + 1] += per_slot[slot];
+  {
+    std::vector<uint64_t> fill(per_slot.begin(), per_slot.end() - 1);
+    for (uint64_t j = 0; j < k; ++j) t.order[fill[s.classes[j] - lo]++] = j;
+  }
+  uint64_t* big_counts = t.counts.data() + uint64_t{slots} * kJointSymbols;
+  uint64_t big_steps = 0;
+  {
+    tables::BitWriter raw(&t.raw);
+    for (uint64_t o = 0; o < k; ++o) {
+      const uint64_t j = t.order[o];
+      const uint32_t slot = s.classes[j] - lo;
+      uint32_t negative;
+      uint64_t magnitude;
+      SplitStep<T>(s.olds[j], s.news[j], spec.is_float, &negative, &magnitude);
+      const uint32_t big = magnitude != 1 ? 1 : 0;
+      if (big) {
+        const tables::Bucketed b = tables::BucketOf(magnitude - 1);
+        t.big[o] = static_cast<uint8_t>(b.bucket);
+        ++big_counts[b.bucket];
+        ++big_steps;
+        if (b.bucket == tables::kEscapeBucket) {
+          raw.PutEscaped(magnitude - 1);
+        } else {
+          raw.Put(b.low, b.extra);
+        }
+      }
+      const uint64_t u = s.runs[j] + 1;
+      const tables::Bucketed r = tables::BucketOf(u);
+      const uint32_t sym = r.bucket * 2 + big;
+      t.joint[o] = static_cast<uint8_t>(sym);
+      ++t.counts[uint64_t{slot} * kJointSymbols + sym];
+      if (r.bucket == tables::kEscapeBucket) {
+        raw.Put(negative, 1);
+        raw.PutEscaped(u);
+      } else {
+        raw.Put(negative | (r.low << 1), r.extra + 1);
+      }
+    }
+    raw.Finish();
+  }
+
+  uint8_t varint[kMaxVarintBytes];
+  for (uint32_t c = lo; c <= hi; ++c) {
+    t.header.insert(t.header.end(), varint, PutVarint(varint, first_runs[c]));
+  }
+  for (uint32_t slot = 0; slot < slots; ++slot) {
+    t.header.insert(t.header.end(), varint, PutVarint(varint, per_slot[slot + 1] - per_slot[slot]));
+  }
+  for (uint32_t slot = 0; slot < slots; ++slot) {
+    PutTable(t.counts.data() + uint64_t{slot} * kJointSymbols, kJointSymbols, &t.header,
+             t.freq.data() + uint64_t{slot} * kJointSymbols);
+  }
+  uint32_t* big_freq = t.freq.data() + uint64_t{slots} * kJointSymbols;
+  PutTable(big_counts, kBigSymbols, &t.header, big_freq);
+
+  // Cumulative starts, in place of the counts (no longer needed).
+  std::vector<tables::EncSymbol> enc(uint64_t{slots + 1} * kJointSymbols);
+  for (uint64_t table = 0; table <= slots; ++table) {
+    uint32_t start = 0;
+    for (uint32_t sym = 0; sym < kJointSymbols; ++sym) {
+      const uint32_t f = t.freq[table * kJointSymbols + sym];
+      enc[table * kJointSymbols + sym] = {f, start};
+      start += f;
+    }
+  }
+  // Symbols in reverse decode order; symbol number i (in decode order) uses state i & 1.
+  uint32_t state[2] = {tables::kStateLow, tables::kStateLow};
+  uint64_t index = k + big_steps;
+  const tables::EncSymbol* enc_big = enc.data() + uint64_t{slots} * kJointSymbols;
+  for (uint64_t o = k; o-- > 0;) {
+    const uint32_t sym = t.joint[o];
+    if (sym & 1) {
+      --index;
+      tables::RansPut(&state[index & 1], enc_big[t.big[o]], &t.words);
+    }
+    --index;
+    const uint64_t slot = s.classes[t.order[o]] - lo;
+    tables::RansPut(&state[index & 1], enc[slot * kJointSymbols + sym], &t.words);
+  }
+
+  const uint64_t rans_bytes = 8 + 2 * uint64_t{t.words.size()};
+  const uint64_t size =
+      t.header.size() + VarintSize(rans_bytes) + rans_bytes + uint64_t{t.raw.size()};
+  if (size <= cap) {
+    uint8_t* p = out;
+    std::memcpy(p, t.header.data(), t.header.size());
+    p = PutVarint(p + t.header.size(), rans_bytes);
+    StoreLE<uint32_t>(p, state[0]);
+    StoreLE<uint32_t>(p + 4, state[1]);
+    p += 8;
+    for (uint64_t w = t.words.size(); w-- > 0; p += 2) StoreLE<uint16_t>(p, t.words[w]);
+    if (!t.raw.empty()) std::memcpy(p, t.raw.data(), t.raw.size());
+  }
+  t.Trim();
+  return size;
+}
+
 [[gnu::noinline]] Status BadPosition(uint64_t j, uint64_t p) {
   return Status::Invalid("position " + std::to_string(j) + " (" + std::to_string(p) +
                          ") is out of range or not strictly increasing");
 }
 
 // Codes the coded-mode body into out[0, cap); returns its size (> cap when it did not fit).
-// Sets the class range in *h.
+// Sets the class range and the mode (adaptive or tables) in *h.
 template <typename T, typename ClassFn>
-Result<uint64_t> EncodeBody(Path path, const refit_encode_input_t& in, const DTypeSpec& spec,
-                            ClassFn cls, Header* h, uint8_t* out, uint64_t cap) {
+Result<uint64_t> EncodeBody(Path path, CodedForm form, const refit_encode_input_t& in,
+                            const DTypeSpec& spec, ClassFn cls, Header* h, uint8_t* out,
+                            uint64_t cap) {
   const uint64_t n = in.n_elems;
   const uint64_t k = in.n_changed;
   const uint64_t* pos = in.positions;
@@ -775,68 +1004,159 @@ Result<uint64_t> EncodeBody(Path path, const refit_encode_input_t& in, const DTy
     pending[s.classes[j]] = run;
   }
 
-  Models models(hi - lo + 1);
-  RangeEncoder rc(out, cap);
-  for (uint32_t c = lo; c <= hi; ++c) EncodeNumber(rc, models.first_run, pending[c] + 1);
-  for (uint64_t j = 0; j < k; ++j) {
-    const uint32_t slot = s.classes[j] - lo;
-    uint32_t negative;
-    uint64_t magnitude;
-    SplitStep<T>(s.olds[j], s.news[j], spec.is_float, &negative, &magnitude);
-    EncodeMagnitude(rc, models, slot, magnitude);
-    EncodeRun(rc, models.runs[slot], models.long_run, s.runs[j], negative);
+  const bool use_tables =
+      form == CodedForm::kTables || (form == CodedForm::kAuto && k >= kTableMinChanges);
+  h->mode = use_tables ? kModeTables : kModeCoded;
+  uint64_t size;
+  if (use_tables) {
+    size = EncodeTables<T>(spec, lo, hi, s, k, pending, out, cap);
+  } else {
+    size = EncodeAdaptive<T>(spec, lo, hi, s, k, pending, out, cap);
   }
-  rc.Finish();
   s.Trim();
-  return rc.size();
+  return size;
 }
 
 [[gnu::noinline]] Status StepTooLarge(uint64_t i) {
-  return Status::Corrupt("ctx payload codes a step larger than the dtype at element " +
-                         std::to_string(i));
+  return Status::Corrupt(
+      "ctx payload codes a step larger than the dtype (or a malformed value) at "
+      "element " +
+      std::to_string(i));
 }
 
-// What every decoder path shares: the models, the coder and the count of changes applied.
-struct DecodeState {
-  DecodeState(const Header& h, const uint8_t* body, uint64_t len)
-      : models(h.class_hi - h.class_lo + 1), rc(body, len) {}
-  Models models;
+// ------------------------------------------------------------------ decoders
+//
+// The walks below are shared by both coded forms: a Coder decodes one change of a class slot,
+// Next<T>(slot, &negative, &magnitude) -> the run of class members to the class's next change,
+// with magnitude 0 for an impossible step (nothing is applied then).
+
+// The adaptive form: the range coder and its models.
+struct AdaptiveCoder {
   RangeDecoder rc;
-  uint64_t done = 0;
+  Models* models;
+
+  template <typename T>
+  CTX_INLINE uint64_t Next(uint32_t slot, uint32_t* negative, uint64_t* magnitude) {
+    *magnitude = DecodeMagnitude<T>(rc, *models, slot);
+    if (*magnitude == 0) return 0;
+    return DecodeRun(rc, models->runs[slot], models->long_run, negative);
+  }
+  bool ConsumedExactly() const { return rc.ConsumedExactly(); }
 };
+
+// The table form's streams: two interleaved rANS states over one word stream, decode tables per
+// class slot (kTotal entries each) and the shared step-bucket table, and the raw bit stream.
+// Its symbols are in class-major order (all changes of the lowest class, then the next, ...), so
+// the whole record is decoded up front, one class table at a time (in L1), into arrays that the
+// walk then consumes: no coder on the walk's critical path.
+struct TableStreams {
+  const uint8_t* words;
+  uint64_t words_len;
+  uint64_t word_pos;
+  uint32_t x0;  // the state of the next symbol
+  uint32_t x1;
+  tables::BitReader raw;
+
+  CTX_INLINE uint32_t Symbol(const uint32_t* table) {
+    const uint32_t e = table[x0 & (tables::kTotal - 1)];
+    uint32_t x = (((e >> 8) & (tables::kTotal - 1)) + 1) * (x0 >> tables::kPrecision) + (e >> 20);
+    // Branch-free renormalization (taken for about a quarter of the symbols, unpredictably);
+    // past the end of the words it reads zeros and the position shows the overrun.
+    static constexpr uint8_t kZeros[2] = {};
+    const uint8_t* src = word_pos + 2 <= words_len ? words + word_pos : kZeros;
+    const uint32_t w = LoadLE<uint16_t>(src);
+    const uint32_t renormalize = x < tables::kStateLow ? 1 : 0;
+    x = (x << (renormalize * 16)) | (w & (0u - renormalize));
+    word_pos += renormalize * 2;
+    x0 = x1;
+    x1 = x;
+    return e & 0xff;
+  }
+  bool ConsumedExactly() const {
+    return word_pos == words_len && x0 == tables::kStateLow && x1 == tables::kStateLow &&
+           raw.ConsumedExactly();
+  }
+};
+
+// Decodes the `count` changes of one class slot into runs / magnitudes / signs; false when one
+// codes an impossible step or a malformed escape.
+// A decoded change of the table form: the run to its class's next change and its step in the
+// ordered representation (two's complement in the dtype's width; 0: an impossible step).
+struct DecodedChange {
+  uint64_t run;
+  uint64_t step;
+};
+
+template <typename T>
+bool DecodeClassChanges(TableStreams& st, const uint32_t* table, const uint32_t* big,
+                        uint64_t count, DecodedChange* out) {
+  constexpr int kBits = sizeof(T) * 8;
+  bool ok = true;
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint32_t sym = st.Symbol(table);
+    uint64_t magnitude = 1;
+    if (sym & 1) {
+      const uint32_t b = st.Symbol(big);
+      const uint64_t u = b == tables::kEscapeBucket ? st.raw.GetEscaped()
+                                                    : tables::kBucketTable.base[b] +
+                                                          st.raw.Get(tables::kBucketTable.extra[b]);
+      // u == 0: a malformed escape.
+      magnitude = u == 0 || u >= (uint64_t{1} << (kBits - 1)) ? 0 : u + 1;
+    }
+    const uint32_t bucket = sym >> 1;
+    uint64_t run;
+    uint32_t negative;
+    if (__builtin_expect(bucket != tables::kEscapeBucket, 1)) {
+      const uint64_t v = st.raw.Get(tables::kBucketTable.extra[bucket] + 1);
+      negative = static_cast<uint32_t>(v & 1);
+      run = tables::kBucketTable.base[bucket] - 1 + (v >> 1);
+    } else {
+      negative = static_cast<uint32_t>(st.raw.Get(1));
+      const uint64_t u = st.raw.GetEscaped();
+      if (u == 0) magnitude = 0;
+      run = u - 1;
+    }
+    ok &= magnitude != 0;
+    const T flip = static_cast<T>(T{0} - static_cast<T>(negative));
+    out[j].run = run;
+    out[j].step = magnitude == 0 ? 0 : static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
+  }
+  return ok;
+}
 
 // Applies the change at element i (of class slot `slot`, whose old bits are old_bits) and returns
 // the run of class members to its class's next change; sets *bad (and applies nothing) when the
-// payload codes an impossible step. The coder is passed apart from the rest of DecodeState so
-// that the block loops can keep it in a local (in registers: the element stores through a byte
-// pointer could alias it otherwise).
-template <typename T>
-CTX_INLINE uint64_t ApplyChange(RangeDecoder& rc, Models& models, uint64_t* done,
-                                const DTypeSpec& spec, uint32_t slot, uint8_t* bits, uint64_t i,
-                                T old_bits, bool* bad) {
-  const uint64_t magnitude = DecodeMagnitude<T>(rc, models, slot);
+// payload codes an impossible step. The coder is a local of the walk (in registers: the element
+// stores through a byte pointer could alias it otherwise).
+template <typename T, typename Coder>
+CTX_INLINE uint64_t ApplyChange(Coder& coder, uint64_t* done, const DTypeSpec& spec, uint32_t slot,
+                                uint8_t* bits, uint64_t i, T old_bits, bool* bad) {
+  uint32_t negative = 0;
+  uint64_t magnitude;
+  const uint64_t run = coder.template Next<T>(slot, &negative, &magnitude);
   if (magnitude == 0) {
     *bad = true;
     return 0;
   }
-  uint32_t negative;
-  const uint64_t run = DecodeRun(rc, models.runs[slot], models.long_run, &negative);
   StoreElem<T>(bits, i, ApplyStep<T>(old_bits, negative, magnitude, spec.is_float));
   ++*done;
   return run;
 }
 
 // The scalar path: walks every element, counting each class down to its next change.
-template <typename T, typename ClassFn>
-Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, DecodeState& st,
-                    const uint64_t* first_runs, uint8_t* bits) {
+template <typename T, typename ClassFn, typename Coder>
+Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, Coder& st_coder,
+                    uint64_t& st_done, const uint64_t* first_runs, uint8_t* bits) {
+  Coder coder = st_coder;
+  uint64_t done = st_done;
   const uint32_t lo = h.class_lo;
   // Remaining unchanged members before each class's next change; classes outside [lo, hi]
   // have no changes and never count down to 0.
   uint64_t remaining[kNumClasses];
   std::fill(std::begin(remaining), std::end(remaining), ~uint64_t{0});
   for (uint32_t c = lo; c <= h.class_hi; ++c) remaining[c] = first_runs[c - lo];
-  for (uint64_t i = 0; i < h.n && st.done < h.k; ++i) {
+  Status status;
+  for (uint64_t i = 0; i < h.n && done < h.k; ++i) {
     const T old_bits = LoadElem<T>(bits, i);
     const uint32_t c = cls(old_bits);
     if (remaining[c] != 0) {
@@ -844,27 +1164,38 @@ Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, DecodeS
       continue;
     }
     bool bad = false;
-    remaining[c] =
-        ApplyChange<T>(st.rc, st.models, &st.done, spec, c - lo, bits, i, old_bits, &bad);
-    if (bad) return StepTooLarge(i);
+    remaining[c] = ApplyChange<T>(coder, &done, spec, c - lo, bits, i, old_bits, &bad);
+    if (bad) {
+      status = StepTooLarge(i);
+      break;
+    }
   }
-  return Status::OK();
+  st_coder = coder;
+  st_done = done;
+  return status;
 }
 
 // One class (integers, bool): the run is the distance to the next change, no counting at all.
-template <typename T>
-Status DecodeJumps(const Header& h, const DTypeSpec& spec, DecodeState& st,
+template <typename T, typename Coder>
+Status DecodeJumps(const Header& h, const DTypeSpec& spec, Coder& st_coder, uint64_t& st_done,
                    const uint64_t* first_runs, uint8_t* bits) {
+  Coder coder = st_coder;
+  uint64_t done = st_done;
   // A forged class range without class 0 has no change that could fire.
   uint64_t i = h.class_lo == 0 ? first_runs[0] : h.n;
-  while (st.done < h.k && i < h.n) {
+  Status status;
+  while (done < h.k && i < h.n) {
     bool bad = false;
-    const uint64_t run =
-        ApplyChange<T>(st.rc, st.models, &st.done, spec, 0, bits, i, LoadElem<T>(bits, i), &bad);
-    if (bad) return StepTooLarge(i);
+    const uint64_t run = ApplyChange<T>(coder, &done, spec, 0, bits, i, LoadElem<T>(bits, i), &bad);
+    if (bad) {
+      status = StepTooLarge(i);
+      break;
+    }
     i = run >= h.n - i ? h.n : i + 1 + run;
   }
-  return Status::OK();
+  st_coder = coder;
+  st_done = done;
+  return status;
 }
 
 #if defined(__x86_64__)
@@ -873,29 +1204,38 @@ Status DecodeJumps(const Header& h, const DTypeSpec& spec, DecodeState& st,
 // select on the class's mask. Changes of the block are then applied in position order (a class
 // can change several times in one block). Countdowns are clamped to n: a longer one (only a
 // forged payload has it) never reaches 0 within the record either.
-template <typename T, typename ClassFn, typename Ops>
-CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassFn cls,
-                                  RangeDecoder& rc, Models& models, uint64_t& done,
-                                  const uint64_t* first_runs, uint8_t* bits) {
+//
+// kSlots (a multiple of 8, >= the record's classes) makes the class loop a fixed, unrolled one:
+// the slots past the record's classes count whatever class bytes they meet but start at a
+// countdown that no record can bring below 0 (n < 2^62), so they never fire.
+template <typename T, typename ClassFn, typename Ops, uint32_t kSlots, typename Coder>
+CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassFn cls, Coder& coder,
+                                  uint64_t& done, const uint64_t* first_runs, uint8_t* bits) {
   const uint32_t lo = h.class_lo;
-  const uint32_t classes = h.class_hi - lo + 1;  // <= kMaxBlockClasses
+  const uint32_t classes = h.class_hi - lo + 1;  // <= kSlots
   const uint64_t n = h.n;
-  int64_t remaining[kMaxBlockClasses] = {};  // (zeros past `classes`: Ops::Negatives reads them)
-  for (uint32_t slot = 0; slot < classes; ++slot) {
-    remaining[slot] = static_cast<int64_t>(std::min(first_runs[slot], n));
+  int64_t remaining[kSlots];
+  for (uint32_t slot = 0; slot < kSlots; ++slot) {
+    remaining[slot] = slot < classes ? static_cast<int64_t>(std::min(first_runs[slot], n))
+                                     : std::numeric_limits<int64_t>::max();
   }
   alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
   for (uint64_t base = 0; base < n; base += kBlockElems) {
     typename Ops::Classes v;
     const uint64_t valid = LoadBlock<T, Ops>(bits, base, n, cls, tail, &v);
-    int64_t any = 0;
-    for (uint32_t slot = 0; slot < classes; ++slot) {
-      remaining[slot] -= Ops::Pop(Ops::Mask(v, lo + slot) & valid);
-      any |= remaining[slot];
+    // Bit s: class slot s reaches its next change in this block. (Collected here, not by a
+    // vector compare of `remaining` afterwards: a wide load of just-stored counters cannot be
+    // forwarded from the stores and stalls.)
+    uint64_t fired = 0;
+#pragma GCC unroll 64
+    for (uint32_t slot = 0; slot < kSlots; ++slot) {
+      const int64_t left = remaining[slot] - Ops::Pop(Ops::Mask(v, lo + slot) & valid);
+      remaining[slot] = left;
+      fired |= (static_cast<uint64_t>(left) >> 63) << slot;
     }
-    if (any >= 0) continue;  // no class reaches its next change here
-    uint64_t events = 0;     // the positions of the block's next changes, one per class
-    for (uint64_t fired = Ops::Negatives(remaining, classes); fired != 0; fired &= fired - 1) {
+    if (fired == 0) continue;  // no class reaches its next change here
+    uint64_t events = 0;       // the positions of the block's next changes, one per class
+    for (; fired != 0; fired &= fired - 1) {
       const uint32_t slot = static_cast<uint32_t>(__builtin_ctzll(fired));
       const uint64_t m = Ops::Mask(v, lo + slot) & valid;
       const int64_t skip = remaining[slot] + Ops::Pop(m);
@@ -908,7 +1248,7 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
       const T old_bits = LoadElem<T>(bits, i);
       const uint32_t c = cls(old_bits);
       bool bad = false;
-      const uint64_t run = ApplyChange<T>(rc, models, &done, spec, c - lo, bits, i, old_bits, &bad);
+      const uint64_t run = ApplyChange<T>(coder, &done, spec, c - lo, bits, i, old_bits, &bad);
       if (bad) return StepTooLarge(i);
       if (done == h.k) return Status::OK();
       // The class's members after `at` in this block: the next change may be among them.
@@ -924,77 +1264,358 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
   return Status::OK();
 }
 
-template <typename T, typename ClassFn, typename Ops>
-CTX_INLINE Status DecodeBlocks(const Header& h, const DTypeSpec& spec, ClassFn cls, DecodeState& st,
-                               const uint64_t* first_runs, uint8_t* bits) {
-  RangeDecoder rc = st.rc;
-  uint64_t done = st.done;
-  Status status =
-      DecodeBlockLoop<T, ClassFn, Ops>(h, spec, cls, rc, st.models, done, first_runs, bits);
-  st.rc = rc;
-  st.done = done;
+template <typename T, typename ClassFn, typename Ops, typename Coder>
+CTX_INLINE Status DecodeBlocks(const Header& h, const DTypeSpec& spec, ClassFn cls, Coder& st_coder,
+                               uint64_t& st_done, const uint64_t* first_runs, uint8_t* bits) {
+  Coder coder = st_coder;
+  uint64_t done = st_done;
+  const uint32_t classes = h.class_hi - h.class_lo + 1;
+  Status status;
+  if (classes <= 8) {
+    status = DecodeBlockLoop<T, ClassFn, Ops, 8>(h, spec, cls, coder, done, first_runs, bits);
+  } else if (classes <= 16) {
+    status = DecodeBlockLoop<T, ClassFn, Ops, 16>(h, spec, cls, coder, done, first_runs, bits);
+  } else if (classes <= 32) {
+    status = DecodeBlockLoop<T, ClassFn, Ops, 32>(h, spec, cls, coder, done, first_runs, bits);
+  } else {
+    status = DecodeBlockLoop<T, ClassFn, Ops, kMaxBlockClasses>(h, spec, cls, coder, done,
+                                                                first_runs, bits);
+  }
+  st_coder = coder;
+  st_done = done;
   return status;
 }
 
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Coder>
 CTX_TARGET_AVX2 __attribute__((flatten)) Status DecodeBlocksAvx2(const Header& h,
                                                                  const DTypeSpec& spec, ClassFn cls,
-                                                                 DecodeState& st,
+                                                                 Coder& coder, uint64_t& done,
                                                                  const uint64_t* first_runs,
                                                                  uint8_t* bits) {
-  return DecodeBlocks<T, ClassFn, Avx2Ops>(h, spec, cls, st, first_runs, bits);
+  return DecodeBlocks<T, ClassFn, Avx2Ops>(h, spec, cls, coder, done, first_runs, bits);
 }
-template <typename T, typename ClassFn>
-CTX_TARGET_AVX512 __attribute__((flatten)) Status DecodeBlocksAvx512(const Header& h,
-                                                                     const DTypeSpec& spec,
-                                                                     ClassFn cls, DecodeState& st,
-                                                                     const uint64_t* first_runs,
-                                                                     uint8_t* bits) {
-  return DecodeBlocks<T, ClassFn, Avx512Ops>(h, spec, cls, st, first_runs, bits);
+template <typename T, typename ClassFn, typename Coder>
+CTX_TARGET_AVX512 __attribute__((flatten)) Status DecodeBlocksAvx512(
+    const Header& h, const DTypeSpec& spec, ClassFn cls, Coder& coder, uint64_t& done,
+    const uint64_t* first_runs, uint8_t* bits) {
+  return DecodeBlocks<T, ClassFn, Avx512Ops>(h, spec, cls, coder, done, first_runs, bits);
 }
 #endif
+
+// Walks the record with the path's walk, then requires exactly k changes and every stream
+// consumed exactly.
+template <typename T, typename ClassFn, typename Coder>
+Status Walk(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls, Coder& coder,
+            const uint64_t* first_runs, uint8_t* bits) {
+  uint64_t done = 0;
+  Status status;
+  if constexpr (ClassFn::kSingle) {
+    status = path == Path::kScalar ? DecodeScalar<T>(h, spec, cls, coder, done, first_runs, bits)
+                                   : DecodeJumps<T>(h, spec, coder, done, first_runs, bits);
+  } else {
+#if defined(__x86_64__)
+    const uint32_t classes = h.class_hi - h.class_lo + 1;
+    if (path == Path::kAvx512 && classes <= kMaxBlockClasses) {
+      status = DecodeBlocksAvx512<T>(h, spec, cls, coder, done, first_runs, bits);
+    } else if (path == Path::kAvx2 && classes <= kMaxBlockClasses) {
+      status = DecodeBlocksAvx2<T>(h, spec, cls, coder, done, first_runs, bits);
+    } else {
+      status = DecodeScalar<T>(h, spec, cls, coder, done, first_runs, bits);
+    }
+#else
+    status = DecodeScalar<T>(h, spec, cls, coder, done, first_runs, bits);
+#endif
+  }
+  RETURN_NOT_OK(status);
+  if (done != h.k) {
+    return Status::Corrupt("ctx payload promises " + std::to_string(h.k) + " changes but codes " +
+                           std::to_string(done));
+  }
+  if (!coder.ConsumedExactly()) {
+    return Status::Corrupt("ctx payload's coded stream does not end where the changes do");
+  }
+  return Status::OK();
+}
+
+// ------------------------------------------------------------------ the table form's walk
+//
+// With every change decoded up front, the walk goes class by class over chunks of the record:
+// per chunk the class bytes of its blocks are computed once, then each class that still has
+// changes counts its members block by block with its countdown in a register, and only where
+// the countdown runs out selects the change's position. A chunk's changes are applied after all
+// its classes are counted (a change can move an element to another class; each element changes
+// at most once). Every kernel level runs this same algorithm (ScalarOps: class bytes and masks
+// element by element), so forged payloads leave the same bits at every level. A class stops
+// after its last change (its coded terminal run is not checked).
+
+constexpr uint64_t kChunkBlocks = 256;
+
+// The scalar level's block primitives (plain C++, any CPU).
+struct ScalarOps {
+  struct Classes {
+    uint8_t bytes[kBlockElems];
+  };
+  template <typename T, typename ClassFn>
+  static void Load(const uint8_t* p, ClassFn cls, Classes* out) {
+    ClassBytesScalar<T>(p, cls, out->bytes);
+  }
+  static uint64_t Mask(const Classes& v, uint32_t c) {
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < kBlockElems; ++i) {
+      m |= uint64_t{v.bytes[i] == static_cast<uint8_t>(c)} << i;
+    }
+    return m;
+  }
+  static uint32_t Pop(uint64_t m) { return static_cast<uint32_t>(std::popcount(m)); }
+  static uint32_t Select(uint64_t m, uint64_t r) {
+    for (; r > 0; --r) m &= m - 1;
+    return static_cast<uint32_t>(std::countr_zero(m));
+  }
+};
+
+// One class's changes within one block (m: its members, pop of them, from element `base`):
+// records each change whose countdown runs out here and counts the block off. False once the
+// class has no change left.
+template <typename Ops>
+CTX_INLINE bool BlockChanges(uint64_t m, uint32_t pop, uint64_t base, const DecodedChange* changes,
+                             uint64_t last, uint64_t n, uint64_t* j, uint64_t* left,
+                             uint64_t* positions, uint64_t* steps, uint64_t* pending) {
+  while (__builtin_expect(*left < pop, 0)) {
+    positions[*pending] = base + Ops::Select(m, *left);
+    steps[(*pending)++] = changes[*j].step;
+    const uint64_t run = changes[*j].run;
+    if (++*j == last) return false;
+    *left += 1 + std::min(run, n);  // (a run of n or more never comes back within the record)
+  }
+  *left -= pop;
+  return true;
+}
+
+template <typename T, typename ClassFn, typename Ops>
+CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls,
+                           const DecodedChange* changes, uint64_t* cursor, const uint64_t* end,
+                           const uint64_t* first_runs, uint64_t* positions, uint64_t* steps,
+                           uint8_t* bits) {
+  const uint32_t lo = h.class_lo;
+  const uint32_t classes = h.class_hi - lo + 1;
+  const uint64_t n = h.n;
+  uint64_t need[kNumClasses];  // class members to pass before the class's next change
+  for (uint32_t slot = 0; slot < classes; ++slot) need[slot] = first_runs[slot];
+  alignas(64) typename Ops::Classes v[kChunkBlocks];
+  uint64_t valid[kChunkBlocks];
+  alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
+  for (uint64_t chunk = 0; chunk < n; chunk += kChunkBlocks * kBlockElems) {
+    const uint64_t blocks =
+        std::min<uint64_t>(kChunkBlocks, (n - chunk + kBlockElems - 1) / kBlockElems);
+    for (uint64_t b = 0; b < blocks; ++b) {
+      valid[b] = LoadBlock<T, Ops>(bits, chunk + b * kBlockElems, n, cls, tail, &v[b]);
+    }
+    uint64_t pending = 0;
+    for (uint32_t slot = 0; slot < classes; ++slot) {
+      uint64_t j = cursor[slot];
+      const uint64_t last = end[slot];
+      if (j == last) continue;  // no changes left in this class
+      uint64_t left = need[slot];
+      const uint32_t c = lo + slot;
+#pragma GCC unroll 4
+      for (uint64_t b = 0; b < blocks; ++b) {
+        const uint64_t m = Ops::Mask(v[b], c) & valid[b];
+        if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, &j, &left,
+                               positions, steps, &pending)) {
+          break;
+        }
+      }
+      cursor[slot] = j;
+      need[slot] = left;
+    }
+    for (uint64_t e = 0; e < pending; ++e) {
+      const uint64_t i = positions[e];
+      const T old_bits = LoadElem<T>(bits, i);
+      const T next = static_cast<T>(ToOrdered(old_bits, spec.is_float) + static_cast<T>(steps[e]));
+      StoreElem<T>(bits, i, FromOrdered(next, spec.is_float));
+    }
+  }
+}
+
+#if defined(__x86_64__)
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX2 __attribute__((flatten)) void WalkChunksAvx2(
+    const Header& h, const DTypeSpec& spec, ClassFn cls, const DecodedChange* changes,
+    uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs, uint64_t* positions,
+    uint64_t* steps, uint8_t* bits) {
+  WalkChunks<T, ClassFn, Avx2Ops>(h, spec, cls, changes, cursor, end, first_runs, positions, steps,
+                                  bits);
+}
+template <typename T, typename ClassFn>
+CTX_TARGET_AVX512 __attribute__((flatten)) void WalkChunksAvx512(
+    const Header& h, const DTypeSpec& spec, ClassFn cls, const DecodedChange* changes,
+    uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs, uint64_t* positions,
+    uint64_t* steps, uint8_t* bits) {
+  WalkChunks<T, ClassFn, Avx512Ops>(h, spec, cls, changes, cursor, end, first_runs, positions,
+                                    steps, bits);
+}
+#endif
+
+// One class (integers, bool): the run is the distance to the next change.
+template <typename T>
+void WalkDecodedJumps(const Header& h, const DTypeSpec& spec, const DecodedChange* changes,
+                      uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
+                      uint8_t* bits) {
+  uint64_t j = cursor[0];
+  // A forged class range without class 0 has no change that could fire.
+  uint64_t i = h.class_lo == 0 ? first_runs[0] : h.n;
+  for (; j < end[0] && i < h.n; ++j) {
+    const T old_bits = LoadElem<T>(bits, i);
+    const T next =
+        static_cast<T>(ToOrdered(old_bits, spec.is_float) + static_cast<T>(changes[j].step));
+    StoreElem<T>(bits, i, FromOrdered(next, spec.is_float));
+    const uint64_t run = changes[j].run;
+    i = run >= h.n - i ? h.n : i + 1 + run;
+  }
+  cursor[0] = j;
+}
+
+// Per-thread scratch of the table form's decoder, reused across records.
+struct TableDecodeScratch {
+  std::vector<uint32_t> tables;
+  std::vector<uint32_t> freq;
+  std::vector<DecodedChange> changes;
+  std::vector<uint64_t> positions;  // a chunk's changes (element, ordered step)
+  std::vector<uint64_t> steps;
+  void Trim() {
+    constexpr uint64_t kRetainedTables = 65;
+    constexpr uint64_t kRetainedChanges = uint64_t{1} << 20;
+    if (tables.size() > kRetainedTables * tables::kTotal || changes.size() > kRetainedChanges) {
+      *this = TableDecodeScratch();
+    }
+  }
+};
+
+template <typename T, typename ClassFn>
+Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls,
+                        const uint8_t* body, uint64_t len, uint8_t* bits) {
+  const uint32_t slots = h.class_hi - h.class_lo + 1;
+  uint64_t first_runs[kNumClasses];
+  uint64_t cursor[kNumClasses];  // each slot's changes in the class-major arrays: [cursor, end)
+  uint64_t end[kNumClasses];
+  uint64_t at = 0;
+  for (uint32_t slot = 0; slot < slots; ++slot) {
+    if (!GetVarint(body, len, &at, &first_runs[slot])) {
+      return Status::Corrupt("ctx payload's first run of class " +
+                             std::to_string(h.class_lo + slot) + " is truncated or malformed");
+    }
+  }
+  uint64_t total = 0;
+  for (uint32_t slot = 0; slot < slots; ++slot) {
+    uint64_t count = 0;
+    if (!GetVarint(body, len, &at, &count) || count > h.k - total) {
+      return Status::Corrupt("ctx payload's change count of class " +
+                             std::to_string(h.class_lo + slot) + " is malformed");
+    }
+    cursor[slot] = total;
+    total += count;
+    end[slot] = total;
+  }
+  if (total != h.k) {
+    return Status::Corrupt("ctx payload's class change counts add up to " + std::to_string(total) +
+                           ", not " + std::to_string(h.k));
+  }
+  thread_local TableDecodeScratch scratch;
+  scratch.tables.resize(uint64_t{slots + 1} * tables::kTotal);
+  scratch.freq.resize(kJointSymbols);
+  for (uint32_t table = 0; table <= slots; ++table) {
+    const uint32_t symbols = table < slots ? kJointSymbols : kBigSymbols;
+    if (!GetTable(body, len, &at, symbols, scratch.freq.data())) {
+      return Status::Corrupt("ctx payload's frequency table " + std::to_string(table) +
+                             " is truncated or malformed");
+    }
+    tables::BuildDecodeTable(scratch.freq.data(), symbols,
+                             scratch.tables.data() + uint64_t{table} * tables::kTotal);
+  }
+  uint64_t rans_bytes = 0;
+  if (!GetVarint(body, len, &at, &rans_bytes) || rans_bytes < 8 || rans_bytes % 2 != 0 ||
+      rans_bytes > len - at) {
+    return Status::Corrupt("ctx payload's symbol stream length is malformed");
+  }
+  // Every change reads at least its sign from the raw bits: this bounds the scratch below by
+  // the payload's own size, whatever k a forged header claims.
+  if (h.k > 8 * (len - at - rans_bytes)) {
+    return Status::Corrupt("ctx payload claims " + std::to_string(h.k) +
+                           " changes but has too few raw bits for them");
+  }
+  TableStreams st{body + at + 8,
+                  rans_bytes - 8,
+                  0,
+                  LoadLE<uint32_t>(body + at),
+                  LoadLE<uint32_t>(body + at + 4),
+                  tables::BitReader(body + at + rans_bytes, len - at - rans_bytes)};
+  scratch.changes.resize(h.k);
+  const uint32_t* big = scratch.tables.data() + uint64_t{slots} * tables::kTotal;
+  bool ok = true;
+  for (uint32_t slot = 0; slot < slots; ++slot) {
+    const uint64_t from = cursor[slot];
+    ok &= DecodeClassChanges<T>(st, scratch.tables.data() + uint64_t{slot} * tables::kTotal, big,
+                                end[slot] - from, scratch.changes.data() + from);
+  }
+  if (!ok) {
+    scratch.Trim();
+    return Status::Corrupt("ctx payload codes a step larger than the dtype or a malformed value");
+  }
+  if (!st.ConsumedExactly()) {
+    scratch.Trim();
+    return Status::Corrupt("ctx payload's coded stream does not end where the changes do");
+  }
+  const DecodedChange* changes = scratch.changes.data();
+  if constexpr (ClassFn::kSingle) {
+    (void)path;
+    WalkDecodedJumps<T>(h, spec, changes, cursor, end, first_runs, bits);
+  } else {
+    scratch.positions.resize(kChunkBlocks * kBlockElems);
+    scratch.steps.resize(kChunkBlocks * kBlockElems);
+    uint64_t* positions = scratch.positions.data();
+    uint64_t* steps = scratch.steps.data();
+#if defined(__x86_64__)
+    if (path == Path::kAvx512) {
+      WalkChunksAvx512<T>(h, spec, cls, changes, cursor, end, first_runs, positions, steps, bits);
+    } else if (path == Path::kAvx2) {
+      WalkChunksAvx2<T>(h, spec, cls, changes, cursor, end, first_runs, positions, steps, bits);
+    } else {
+      WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, changes, cursor, end, first_runs, positions,
+                                        steps, bits);
+    }
+#else
+    WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, changes, cursor, end, first_runs, positions,
+                                      steps, bits);
+#endif
+  }
+  scratch.Trim();
+  uint64_t done = 0;
+  for (uint32_t slot = 0; slot < slots; ++slot)
+    done += cursor[slot] - (slot == 0 ? 0 : end[slot - 1]);
+  if (done != h.k) {
+    return Status::Corrupt("ctx payload promises " + std::to_string(h.k) + " changes but codes " +
+                           std::to_string(done));
+  }
+  return Status::OK();
+}
 
 template <typename T, typename ClassFn>
 Status DecodeBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls,
                   const uint8_t* body, uint64_t len, uint8_t* bits) {
   if (h.k == 0) {
-    if (len != 0) return Status::Corrupt("ctx payload has bytes after an empty delta");
+    if (h.mode != kModeCoded || len != 0) {
+      return Status::Corrupt("ctx payload has bytes after an empty delta");
+    }
     return Status::OK();
   }
-  DecodeState st(h, body, len);
+  if (h.mode == kModeTables) return DecodeTablesBody<T>(path, h, spec, cls, body, len, bits);
+  Models models(h.class_hi - h.class_lo + 1);
+  AdaptiveCoder coder{RangeDecoder(body, len), &models};
   uint64_t first_runs[kNumClasses];
   for (uint32_t c = h.class_lo; c <= h.class_hi; ++c) {
-    first_runs[c - h.class_lo] = DecodeNumber(st.rc, st.models.first_run) - 1;
+    first_runs[c - h.class_lo] = DecodeNumber(coder.rc, models.first_run) - 1;
   }
-  const uint32_t classes = h.class_hi - h.class_lo + 1;
-
-  Status status;
-  if constexpr (ClassFn::kSingle) {
-    status = path == Path::kScalar ? DecodeScalar<T>(h, spec, cls, st, first_runs, bits)
-                                   : DecodeJumps<T>(h, spec, st, first_runs, bits);
-  } else {
-#if defined(__x86_64__)
-    if (path == Path::kAvx512 && classes <= kMaxBlockClasses) {
-      status = DecodeBlocksAvx512<T>(h, spec, cls, st, first_runs, bits);
-    } else if (path == Path::kAvx2 && classes <= kMaxBlockClasses) {
-      status = DecodeBlocksAvx2<T>(h, spec, cls, st, first_runs, bits);
-    } else {
-      status = DecodeScalar<T>(h, spec, cls, st, first_runs, bits);
-    }
-#else
-    (void)classes;
-    status = DecodeScalar<T>(h, spec, cls, st, first_runs, bits);
-#endif
-  }
-  RETURN_NOT_OK(status);
-  if (st.done != h.k) {
-    return Status::Corrupt("ctx payload promises " + std::to_string(h.k) + " changes but codes " +
-                           std::to_string(st.done));
-  }
-  if (!st.rc.ConsumedExactly()) {
-    return Status::Corrupt("ctx payload's coded stream does not end where the changes do");
-  }
-  return Status::OK();
+  return Walk<T>(path, h, spec, cls, coder, first_runs, bits);
 }
 
 // Calls fn(T{}, class_fn) with the element type and class function of a known dtype.
@@ -1061,7 +1682,7 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 }
 
 Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& in, uint8_t* out,
-                          uint64_t cap) {
+                          uint64_t cap, CodedForm form) {
   ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckEncodeInput(in));
   if (sdk::IsFullSync(in)) return sdk::RefuseFullSync("ctx");
   ASSIGN_OR_RAISE(const DTypeSpec* spec, CheckedSpec(in.dtype, in.elem_size, "encode input"));
@@ -1083,12 +1704,12 @@ Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& 
     const uint64_t body_cap = limit - coded_header;
     ASSIGN_OR_RAISE(uint64_t body,
                     WithDType(in.dtype, *spec, [&](auto elem, auto cls) -> Result<uint64_t> {
-                      return EncodeBody<decltype(elem)>(PathFor(level), in, *spec, cls, &h,
+                      return EncodeBody<decltype(elem)>(PathFor(level), form, in, *spec, cls, &h,
                                                         out + coded_header, body_cap);
                     }));
     if (body <= body_cap && coded_header + body < literal_size) {
       out[0] = kFormatVersion;
-      out[5] = kModeCoded;
+      out[5] = h.mode;
       out[6] = static_cast<uint8_t>(in.dtype);
       out[7] = static_cast<uint8_t>(h.class_lo);
       out[8] = static_cast<uint8_t>(h.class_hi);
@@ -1141,13 +1762,13 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                            ", the target is dtype " + std::to_string(target.dtype));
   }
   uint64_t at = kFixedHeaderBytes;
-  if (h.mode == kModeCoded) {
+  if (h.mode == kModeCoded || h.mode == kModeTables) {
     if (len < at + 2) return Status::Corrupt("ctx payload header is truncated");
     h.class_lo = payload[at];
     h.class_hi = payload[at + 1];
     at += 2;
   } else if (h.mode != kModeLiteral) {
-    return Status::Corrupt("ctx payload mode " + std::to_string(h.mode) + " is not 0 or 1");
+    return Status::Corrupt("ctx payload mode " + std::to_string(h.mode) + " is not 0, 1 or 2");
   }
   if (!GetVarint(payload, len, &at, &h.n)) {
     return Status::Corrupt("ctx payload element count is truncated or malformed");

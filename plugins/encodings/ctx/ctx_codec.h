@@ -1,6 +1,7 @@
 // The `ctx` codec: positions coded per class of the receiver's OLD value (its binary exponent),
-// values as signed steps in the dtype's ordered integer representation, all through one adaptive
-// binary range coder. Pure functions of their inputs (no state between calls, thread-safe).
+// values as signed steps in the dtype's ordered integer representation, through an adaptive
+// binary range coder (small records) or static per-record tables and rANS (large ones). Pure
+// functions of their inputs (no state between calls, thread-safe).
 //
 // Everything is integer arithmetic on bit patterns: the ordered-integer map and the step are
 // exactly invertible for every bit pattern (NaN payloads, +-0, inf, subnormals), so no value needs
@@ -27,12 +28,17 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 // leaves the target.
 Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target);
 
+// How a coded (not literal) payload codes its changes: kAuto picks by record size (the adaptive
+// range coder for small records, static tables + rANS from 2^16 changes on); tests and fuzz seeds
+// force one form to reach both at any size. The decoder reads either.
+enum class CodedForm { kAuto, kAdaptive, kTables };
+
 // Encode / Decode walking the elements at an explicit kernel level (an unsupported one runs the
 // best supported one): scalar counts every element's class one by one (the reference), AVX2 and
 // AVX-512 count blocks of 64 (ctx_blocks.h). The payload and the decoded bits are identical at
 // every level; Encode / Decode use kernels::ActiveSimdLevel() (REFIT_KERNELS forces it).
 Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& in, uint8_t* out,
-                          uint64_t cap);
+                          uint64_t cap, CodedForm form = CodedForm::kAuto);
 Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                 const refit_decode_target_t& target);
 

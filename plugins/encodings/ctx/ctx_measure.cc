@@ -3,7 +3,9 @@
 //
 //   refit_ctx_measure synthetic [params] [lr]       the project's synthetic trajectory, one step
 //   refit_ctx_measure pair OLD.safetensors NEW.safetensors
-//   refit_ctx_measure speed [params] [lr] [GiB]    throughput on >= GiB of bf16 (tiled synthetic)
+//   refit_ctx_measure speed [params] [lr] [GiB]    throughput on >= GiB of bf16 (tiled synthetic;
+//                                                  params 0: the bench's uniform buffer, lr =
+//                                                  density)
 //   refit_ctx_measure seeds DIR                     writes fuzz seeds (tests/fuzz/corpus/ctx)
 //   refit_ctx_measure offline BASE NEW PLUGIN_DIR OUT_DIR   refit diff/apply with ctx, end to end
 //
@@ -22,6 +24,7 @@
 #include "ctx_codec.h"
 #include "refit/dtype.h"
 #include "refit/kernels/diff.h"
+#include "refit/kernels/dispatch.h"
 #include "refit/pipeline.h"
 #include "refit/registry.h"
 #include "refit/safetensors.h"
@@ -146,17 +149,54 @@ int Pair(const char* old_path, const char* new_path) {
 
 // Tiles one synthetic step to `gib` GiB of bf16 and times, per 16 MiB record like the sender:
 // compare-scan (CountDiff), diff + digest + ctx encode, and decode + digest.
-int Speed(uint64_t params, double lr, double gib) {
-  refit::SyntheticModel model(refit::SyntheticModelSpec::ForParams(params));
-  model.Step(lr);
-  std::vector<uint8_t> old_one;
-  for (const refit::TensorView& v : model.bf16()) {
-    old_one.insert(old_one.end(), v.bytes(), v.bytes() + v.nbytes());
+// `refit bench codec --density D`'s buffer (the same generator, 16 Mi elements): magnitudes
+// log-uniform over 2^-14..2^-3 (12 classes), D of the elements move, 90% by one step.
+void UniformDelta(double density, std::vector<uint8_t>* old_one, std::vector<uint8_t>* new_one) {
+  const uint64_t n = uint64_t{1} << 24;
+  old_one->resize(2 * n);
+  new_one->resize(2 * n);
+  const uint64_t threshold = static_cast<uint64_t>(density * 18446744073709551615.0);
+  uint64_t s = 1000010;
+  auto next = [&s] {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t r = next();
+    const auto exp = static_cast<uint16_t>(127 - 14 + (r % 12));
+    const auto bits = static_cast<uint16_t>(((r >> 8) & 0x8000) | (exp << 7) | ((r >> 16) & 0x7F));
+    uint16_t moved = bits;
+    const uint64_t c = next();
+    if (c < threshold) {
+      int32_t step = (c >> 20) % 10 == 0 ? static_cast<int32_t>(2 + (c >> 40) % 7) : 1;
+      if ((c >> 30) & 1) step = -step;
+      const int32_t ord = ((bits & 0x8000) ? -static_cast<int32_t>(bits & 0x7FFF) : bits) + step;
+      moved = ord < 0 ? static_cast<uint16_t>(0x8000 | (-ord)) : static_cast<uint16_t>(ord);
+      if (moved == bits) moved = bits ^ 1;
+    }
+    std::memcpy(old_one->data() + 2 * i, &bits, 2);
+    std::memcpy(new_one->data() + 2 * i, &moved, 2);
   }
-  model.Step(lr);
+}
+
+// params 0: the uniform buffer of `refit bench codec` at density `lr`.
+int Speed(uint64_t params, double lr, double gib) {
+  std::vector<uint8_t> old_one;
   std::vector<uint8_t> new_one;
-  for (const refit::TensorView& v : model.bf16()) {
-    new_one.insert(new_one.end(), v.bytes(), v.bytes() + v.nbytes());
+  if (params == 0) {
+    UniformDelta(lr, &old_one, &new_one);
+  } else {
+    refit::SyntheticModel model(refit::SyntheticModelSpec::ForParams(params));
+    model.Step(lr);
+    for (const refit::TensorView& v : model.bf16()) {
+      old_one.insert(old_one.end(), v.bytes(), v.bytes() + v.nbytes());
+    }
+    model.Step(lr);
+    for (const refit::TensorView& v : model.bf16()) {
+      new_one.insert(new_one.end(), v.bytes(), v.bytes() + v.nbytes());
+    }
   }
   const uint64_t total = static_cast<uint64_t>(gib * 1073741824.0) / 2 * 2;
   std::vector<uint8_t> old_bits(total);
@@ -167,6 +207,12 @@ int Speed(uint64_t params, double lr, double gib) {
     std::memcpy(new_bits.data() + off, new_one.data(), len);
   }
   const uint64_t chunk = 16ull << 20;
+  // CTX_FORM=adaptive|tables forces one coded form (default: the codec's choice).
+  const char* form_env = std::getenv("CTX_FORM");
+  const std::string form_name = form_env != nullptr ? form_env : "";
+  const refit::ctx::CodedForm form = form_name == "adaptive" ? refit::ctx::CodedForm::kAdaptive
+                                     : form_name == "tables" ? refit::ctx::CodedForm::kTables
+                                                             : refit::ctx::CodedForm::kAuto;
   auto t0 = Clock::now();
   uint64_t differ = refit::kernels::CountDiff(old_bits.data(), new_bits.data(), total / 2, 2);
   const double scan_s = Seconds(t0);
@@ -192,7 +238,8 @@ int Speed(uint64_t params, double lr, double gib) {
     (void)refit::kernels::Digest64(in.new_bits, len);
     out.resize(refit::ctx::MaxEncodedSize(in));
     auto e0 = Clock::now();
-    refit::Result<uint64_t> size = refit::ctx::Encode(in, out.data(), out.size());
+    refit::Result<uint64_t> size =
+        refit::ctx::EncodeAt(refit::kernels::ActiveSimdLevel(), in, out.data(), out.size(), form);
     encode_only_s += Seconds(e0);
     if (!size.ok()) return 1;
     payloads.emplace_back(out.begin(), out.begin() + static_cast<ptrdiff_t>(*size));
@@ -201,6 +248,7 @@ int Speed(uint64_t params, double lr, double gib) {
   const double encode_s = Seconds(t0);
 
   t0 = Clock::now();
+  double decode_only_s = 0;
   size_t r = 0;
   for (uint64_t off = 0; off < total; off += chunk, ++r) {
     const uint64_t len = std::min(chunk, total - off);
@@ -210,7 +258,9 @@ int Speed(uint64_t params, double lr, double gib) {
     target.elem_size = 2;
     target.n_elems = len / 2;
     target.bits = old_bits.data() + off;
+    auto d0 = Clock::now();
     refit::Status st = refit::ctx::Decode(payloads[r].data(), payloads[r].size(), target);
+    decode_only_s += Seconds(d0);
     if (!st.ok()) {
       std::fprintf(stderr, "decode: %s\n", st.ToString().c_str());
       return 1;
@@ -224,10 +274,11 @@ int Speed(uint64_t params, double lr, double gib) {
       "speed (thread CPU time): %.2f GB bf16, density %.3f%%, payload %.2f MB\n"
       "  compare-scan        %7.2f GB/s\n"
       "  diff+digest+encode  %7.2f GB/s (%.2fx scan; encode alone %.2f GB/s)\n"
-      "  decode+digest       %7.2f GB/s (%.2fx scan)  bit-exact: %s\n",
+      "  decode+digest       %7.2f GB/s (%.2fx scan; decode alone %.2f GB/s)  bit-exact: %s\n",
       gb, 100.0 * static_cast<double>(differ) / static_cast<double>(total / 2),
       static_cast<double>(payload_bytes) / 1e6, gb / scan_s, gb / encode_s, scan_s / encode_s,
-      gb / encode_only_s, gb / decode_s, scan_s / decode_s, exact ? "yes" : "NO");
+      gb / encode_only_s, gb / decode_s, scan_s / decode_s, gb / decode_only_s,
+      exact ? "yes" : "NO");
   return exact ? 0 : 1;
 }
 
@@ -274,18 +325,26 @@ int Seeds(const std::string& dir) {
       in.n_changed =
           refit::kernels::DiffPositions(initial.data(), next.data(), kElems, es, &positions);
       in.positions = positions.data();
-      std::vector<uint8_t> out(refit::ctx::MaxEncodedSize(in));
-      refit::Result<uint64_t> size = refit::ctx::Encode(in, out.data(), out.size());
-      if (!size.ok()) return 1;
-      for (uint8_t flag : {uint8_t{0}, uint8_t{0x80}}) {
-        const std::string name = dir + "/" +
-                                 std::string(refit::NameOf(static_cast<refit::DType>(dtype))) +
-                                 "_k" + std::to_string(in.n_changed) + (flag ? "_fixup" : "");
-        std::ofstream f(name, std::ios::binary);
-        const char selector = static_cast<char>((dtype - 1) | flag);
-        f.write(&selector, 1);
-        f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(*size));
-        if (!f) return 1;
+      // Both coded forms: the adaptive one (what a record this small gets) and the table form
+      // (what large records get), forced.
+      for (refit::ctx::CodedForm form :
+           {refit::ctx::CodedForm::kAdaptive, refit::ctx::CodedForm::kTables}) {
+        const bool tables = form == refit::ctx::CodedForm::kTables;
+        if (tables && (changes == 0 || changes == kElems)) continue;  // empty / literal: as above
+        std::vector<uint8_t> out(refit::ctx::MaxEncodedSize(in));
+        refit::Result<uint64_t> size = refit::ctx::EncodeAt(refit::kernels::ActiveSimdLevel(), in,
+                                                            out.data(), out.size(), form);
+        if (!size.ok()) return 1;
+        for (uint8_t flag : {uint8_t{0}, uint8_t{0x80}}) {
+          const std::string name =
+              dir + "/" + std::string(refit::NameOf(static_cast<refit::DType>(dtype))) + "_k" +
+              std::to_string(in.n_changed) + (tables ? "_tables" : "") + (flag ? "_fixup" : "");
+          std::ofstream f(name, std::ios::binary);
+          const char selector = static_cast<char>((dtype - 1) | flag);
+          f.write(&selector, 1);
+          f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(*size));
+          if (!f) return 1;
+        }
       }
     }
   }
