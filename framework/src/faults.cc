@@ -14,6 +14,7 @@
 
 #include "engine.h"
 #include "refit/kernels/diff.h"
+#include "refit/sdk/plugin.hpp"
 
 namespace refit::internal {
 
@@ -72,27 +73,44 @@ void InstallKillFaults(std::shared_ptr<FaultInjector> faults) {
 
 // ---------------------------------------------------------------- config
 
+namespace {
+
+// The probability keys of [faults]: one row gives the key, its FaultOptions field and its doc.
+struct ProbabilityKey {
+  const char* key;
+  double FaultOptions::*field;
+  const char* meaning;
+};
+constexpr ProbabilityKey kProbabilityKeys[] = {
+    {"drop_put", &FaultOptions::drop_put, "probability a put reports success and writes nothing"},
+    {"truncate_put", &FaultOptions::truncate_put,
+     "probability a put writes a strict prefix and reports success"},
+    {"corrupt_put", &FaultOptions::corrupt_put,
+     "probability a put flips bytes of what it writes and reports success"},
+    {"enospc_put", &FaultOptions::enospc_put, "probability a put fails with ENOSPC"},
+    {"eio_put", &FaultOptions::eio_put, "probability a put fails with EIO"},
+    {"fail_get", &FaultOptions::fail_get, "probability a read fails with EIO"},
+    {"corrupt_get", &FaultOptions::corrupt_get, "probability a read returns flipped bytes"},
+    {"delay", &FaultOptions::delay, "probability any transport operation is delayed"},
+    {"kill", &FaultOptions::kill,
+     "probability the process is killed (SIGKILL) at each visit of a kill point"},
+};
+
+}  // namespace
+
 std::vector<ConfigKeySpec> FaultConfigSpecs() {
-  return {
+  std::vector<ConfigKeySpec> specs = {
       {"enabled", REFIT_CFG_BOOL, "true", "inject the faults of this section"},
       {"seed", REFIT_CFG_INT, "0", "seed of every fault decision (a run is reproducible from it)"},
-      {"drop_put", REFIT_CFG_DOUBLE, "0", "probability a put reports success and writes nothing"},
-      {"truncate_put", REFIT_CFG_DOUBLE, "0",
-       "probability a put writes a strict prefix and reports success"},
-      {"corrupt_put", REFIT_CFG_DOUBLE, "0",
-       "probability a put flips bytes of what it writes and reports success"},
-      {"enospc_put", REFIT_CFG_DOUBLE, "0", "probability a put fails with ENOSPC"},
-      {"eio_put", REFIT_CFG_DOUBLE, "0", "probability a put fails with EIO"},
-      {"fail_get", REFIT_CFG_DOUBLE, "0", "probability a read fails with EIO"},
-      {"corrupt_get", REFIT_CFG_DOUBLE, "0", "probability a read returns flipped bytes"},
-      {"delay", REFIT_CFG_DOUBLE, "0", "probability any transport operation is delayed"},
       {"delay_ms", REFIT_CFG_INT, "20", "longest injected delay, milliseconds"},
-      {"kill", REFIT_CFG_DOUBLE, "0",
-       "probability the process is killed (SIGKILL) at each visit of a kill point"},
       {"kill_points", REFIT_CFG_STRING_LIST, "[]",
        "kill points armed (docs/reliability.md); empty: every point"},
       {"log", REFIT_CFG_STRING, "\"\"", "file every injected fault is appended to"},
   };
+  for (const ProbabilityKey& p : kProbabilityKeys) {
+    specs.push_back({p.key, REFIT_CFG_DOUBLE, "0", p.meaning});
+  }
+  return specs;
 }
 
 Result<std::optional<FaultOptions>> FaultOptionsFromConfig(const Config& config) {
@@ -102,23 +120,11 @@ Result<std::optional<FaultOptions>> FaultOptionsFromConfig(const Config& config)
   FaultOptions o;
   ASSIGN_OR_RAISE(int64_t seed, config.GetInt("faults.seed", 0));
   o.seed = static_cast<uint64_t>(seed);
-  struct Prob {
-    const char* key;
-    double* value;
-  };
-  const Prob probs[] = {{"drop_put", &o.drop_put},
-                        {"truncate_put", &o.truncate_put},
-                        {"corrupt_put", &o.corrupt_put},
-                        {"enospc_put", &o.enospc_put},
-                        {"eio_put", &o.eio_put},
-                        {"fail_get", &o.fail_get},
-                        {"corrupt_get", &o.corrupt_get},
-                        {"delay", &o.delay},
-                        {"kill", &o.kill}};
-  for (const Prob& p : probs) {
+  for (const ProbabilityKey& p : kProbabilityKeys) {
     const std::string key = std::string("faults.") + p.key;
-    ASSIGN_OR_RAISE(*p.value, config.GetDouble(key, 0));
-    if (!(*p.value >= 0 && *p.value <= 1)) {
+    double& value = o.*p.field;
+    ASSIGN_OR_RAISE(value, config.GetDouble(key, 0));
+    if (!(value >= 0 && value <= 1)) {
       return Status::Invalid(config.Where(key) + ": " + key + " must be a probability in [0, 1]");
     }
   }
@@ -221,30 +227,6 @@ void FaultInjector::MaybeKill(const char* point) {
 
 namespace {
 
-struct FaultTransport {
-  std::unique_ptr<Transport> inner;
-  std::shared_ptr<FaultInjector> faults;
-
-  void MaybeDelay(std::string_view op, std::string_view key) {
-    const FaultOptions& o = faults->options();
-    if (o.delay <= 0 || faults->Draw(std::string(op) + ".delay", key) >= o.delay) return;
-    faults->Record("delay", key);
-    const uint64_t ms = 1 + faults->Bits("delay", key) % o.delay_ms;
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-  }
-};
-
-int Fail(refit_error_t* err, refit_status_code_t code, const std::string& message) {
-  err->code = code;
-  std::snprintf(err->message, sizeof(err->message), "%s", message.c_str());
-  return code;
-}
-
-int FromStatus(const Status& st, refit_error_t* err) {
-  if (st.ok()) return REFIT_OK;
-  return Fail(err, static_cast<refit_status_code_t>(st.code()), st.message());
-}
-
 // Flips 1..3 bytes of buf (each XOR with a non-zero mask).
 void FlipBytes(FaultInjector& faults, std::string_view op, std::string_view key, uint8_t* buf,
                uint64_t len) {
@@ -257,105 +239,105 @@ void FlipBytes(FaultInjector& faults, std::string_view op, std::string_view key,
   }
 }
 
-void FaultDestroy(void* instance) { delete static_cast<FaultTransport*>(instance); }
-
-int FaultPut(void* instance, const char* key, const uint8_t* data, uint64_t len,
-             refit_error_t* err) {
-  auto& t = *static_cast<FaultTransport*>(instance);
-  t.MaybeDelay("put", key);
-  const FaultOptions& o = t.faults->options();
-  double u = t.faults->Draw("put", key);
-  if ((u -= o.drop_put) < 0) {
-    t.faults->Record("drop_put", key);
-    return REFIT_OK;
-  }
-  if ((u -= o.truncate_put) < 0) {
-    t.faults->Record("truncate_put", key);
-    const uint64_t keep = len == 0 ? 0 : t.faults->Bits("truncate", key) % len;
-    return FromStatus(t.inner->Put(key, data, keep), err);
-  }
-  if ((u -= o.corrupt_put) < 0) {
-    t.faults->Record("corrupt_put", key);
-    std::vector<uint8_t> copy(data, data + len);
-    FlipBytes(*t.faults, "corrupt_put", key, copy.data(), copy.size());
-    return FromStatus(t.inner->Put(key, copy.data(), copy.size()), err);
-  }
-  if ((u -= o.enospc_put) < 0) {
-    t.faults->Record("enospc_put", key);
-    return Fail(err, REFIT_ERR_IO,
-                std::string("injected fault: writing '") + key + "': " + std::strerror(ENOSPC));
-  }
-  if ((u -= o.eio_put) < 0) {
-    t.faults->Record("eio_put", key);
-    return Fail(err, REFIT_ERR_IO,
-                std::string("injected fault: writing '") + key + "': " + std::strerror(EIO));
-  }
-  return FromStatus(t.inner->Put(key, data, len), err);
+Status Injected(const char* doing, const std::string& key, int errno_value) {
+  return Status::IoError(std::string("injected fault: ") + doing + " '" + key +
+                         "': " + std::strerror(errno_value));
 }
 
-int FaultSize(void* instance, const char* key, uint64_t* size_p, int* found_p, refit_error_t* err) {
-  auto& t = *static_cast<FaultTransport*>(instance);
-  t.MaybeDelay("size", key);
-  Result<std::optional<uint64_t>> size = t.inner->Size(key);
-  if (!size.ok()) return FromStatus(size.status(), err);
-  *found_p = size.value().has_value() ? 1 : 0;
-  *size_p = size.value().value_or(0);
-  return REFIT_OK;
-}
+// The decorator, shaped as an SDK transport (sdk::TransportAdapter makes its C vtable): every
+// operation may be delayed, puts and gets draw their faults, the rest passes through.
+class FaultTransport {
+ public:
+  FaultTransport(std::unique_ptr<Transport> inner, std::shared_ptr<FaultInjector> faults)
+      : inner_(std::move(inner)), faults_(std::move(faults)) {}
 
-int FaultGet(void* instance, const char* key, uint64_t offset, uint8_t* buf, uint64_t len,
-             refit_error_t* err) {
-  auto& t = *static_cast<FaultTransport*>(instance);
-  t.MaybeDelay("get", key);
-  const FaultOptions& o = t.faults->options();
-  double u = t.faults->Draw("get", key);
-  if ((u -= o.fail_get) < 0) {
-    t.faults->Record("fail_get", key);
-    return Fail(err, REFIT_ERR_IO,
-                std::string("injected fault: reading '") + key + "': " + std::strerror(EIO));
+  // Never called: the decorator wraps an existing transport, WrapTransportWithFaults adopts it.
+  static Result<std::unique_ptr<FaultTransport>> Create(const sdk::ConfigView&,
+                                                        refit_transport_role_t,
+                                                        const std::string&) {
+    return Status::Internal("the faults transport is made by [faults], not by name");
   }
-  int rc = FromStatus(t.inner->Get(key, offset, buf, len), err);
-  if (rc == REFIT_OK && (u -= o.corrupt_get) < 0 && len > 0) {
-    t.faults->Record("corrupt_get", key);
-    FlipBytes(*t.faults, "corrupt_get", key, buf, len);
+
+  Status Put(const std::string& key, const uint8_t* data, uint64_t len) {
+    MaybeDelay("put", key);
+    const FaultOptions& o = faults_->options();
+    double u = faults_->Draw("put", key);
+    if ((u -= o.drop_put) < 0) {
+      faults_->Record("drop_put", key);
+      return Status::OK();
+    }
+    if ((u -= o.truncate_put) < 0) {
+      faults_->Record("truncate_put", key);
+      const uint64_t keep = len == 0 ? 0 : faults_->Bits("truncate", key) % len;
+      return inner_->Put(key, data, keep);
+    }
+    if ((u -= o.corrupt_put) < 0) {
+      faults_->Record("corrupt_put", key);
+      std::vector<uint8_t> copy(data, data + len);
+      FlipBytes(*faults_, "corrupt_put", key, copy.data(), copy.size());
+      return inner_->Put(key, copy.data(), copy.size());
+    }
+    if ((u -= o.enospc_put) < 0) {
+      faults_->Record("enospc_put", key);
+      return Injected("writing", key, ENOSPC);
+    }
+    if ((u -= o.eio_put) < 0) {
+      faults_->Record("eio_put", key);
+      return Injected("writing", key, EIO);
+    }
+    return inner_->Put(key, data, len);
   }
-  return rc;
-}
 
-int FaultList(void* instance, const char* prefix, refit_list_cb cb, void* ctx, refit_error_t* err) {
-  auto& t = *static_cast<FaultTransport*>(instance);
-  t.MaybeDelay("list", prefix);
-  Result<std::vector<std::pair<std::string, uint64_t>>> keys = t.inner->List(prefix);
-  if (!keys.ok()) return FromStatus(keys.status(), err);
-  for (const auto& [key, size] : keys.value()) cb(ctx, key.c_str(), size);
-  return REFIT_OK;
-}
+  Result<std::optional<uint64_t>> Size(const std::string& key) {
+    MaybeDelay("size", key);
+    return inner_->Size(key);
+  }
 
-int FaultRemove(void* instance, const char* key, refit_error_t* err) {
-  auto& t = *static_cast<FaultTransport*>(instance);
-  t.MaybeDelay("remove", key);
-  return FromStatus(t.inner->Remove(key), err);
-}
+  Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
+    MaybeDelay("get", key);
+    const FaultOptions& o = faults_->options();
+    double u = faults_->Draw("get", key);
+    if ((u -= o.fail_get) < 0) {
+      faults_->Record("fail_get", key);
+      return Injected("reading", key, EIO);
+    }
+    RETURN_NOT_OK(inner_->Get(key, offset, buf, len));
+    if ((u -= o.corrupt_get) < 0 && len > 0) {
+      faults_->Record("corrupt_get", key);
+      FlipBytes(*faults_, "corrupt_get", key, buf, len);
+    }
+    return Status::OK();
+  }
 
-const refit_transport_vtable_t kFaultVtable = {
-    sizeof(refit_transport_vtable_t),
-    0,
-    nullptr,  // never created through a registry: WrapTransportWithFaults adopts the instance
-    &FaultDestroy,
-    &FaultPut,
-    &FaultSize,
-    &FaultGet,
-    &FaultList,
-    &FaultRemove};
+  Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix) {
+    MaybeDelay("list", prefix);
+    return inner_->List(prefix);
+  }
+
+  Status Remove(const std::string& key) {
+    MaybeDelay("remove", key);
+    return inner_->Remove(key);
+  }
+
+ private:
+  void MaybeDelay(std::string_view op, std::string_view key) {
+    const FaultOptions& o = faults_->options();
+    if (o.delay <= 0 || faults_->Draw(std::string(op) + ".delay", key) >= o.delay) return;
+    faults_->Record("delay", key);
+    const uint64_t ms = 1 + faults_->Bits("delay", key) % o.delay_ms;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+
+  std::unique_ptr<Transport> inner_;
+  std::shared_ptr<FaultInjector> faults_;
+};
 
 }  // namespace
 
 Result<std::unique_ptr<Transport>> WrapTransportWithFaults(std::unique_ptr<Transport> inner,
                                                            std::shared_ptr<FaultInjector> faults) {
-  auto instance = std::make_unique<FaultTransport>();
-  instance->inner = std::move(inner);
-  instance->faults = std::move(faults);
-  return Transport::Adopt("faults", &kFaultVtable, instance.release());
+  return Transport::Adopt("faults", sdk::TransportAdapter<FaultTransport>::Vtable(),
+                          new FaultTransport(std::move(inner), std::move(faults)));
 }
 
 Result<std::unique_ptr<Transport>> CreateTransportWithFaults(const Registry& registry,
