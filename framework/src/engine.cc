@@ -41,6 +41,11 @@ std::string ParentDir(const std::string& path) {
 
 }  // namespace
 
+bool HoldsVersion(const SafetensorsFile& file, uint64_t version) {
+  auto it = file.metadata().find(kVersionMetadataKey);
+  return it != file.metadata().end() && it->second == std::to_string(version);
+}
+
 Status FsyncPath(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IoError(Errno("open", path));

@@ -219,6 +219,13 @@ void MaybeKillAt(const char* point);
 Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& specs,
                        const SafetensorsFile* source, Metadata metadata);
 
+// The metadata key of the version a full copy (a receiver's model, a sender's pending baseline)
+// or a payload holds.
+inline constexpr char kVersionMetadataKey[] = "refit.version";
+// Whether `file` says it holds `version`: how a process killed between renaming a full copy into
+// place and saving its state learns which copy it has.
+bool HoldsVersion(const SafetensorsFile& file, uint64_t version);
+
 // Small control files (state json): tmp + fsync + rename.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);

@@ -80,8 +80,7 @@ struct Receiver::Impl {
     replacing = j.value("replacing", uint64_t{0});
     if (replacing != 0) {
       // Killed around the rename of a full sync: the file says which version it is.
-      auto it = model->metadata().find("refit.version");
-      if (it != model->metadata().end() && it->second == std::to_string(replacing)) {
+      if (internal::HoldsVersion(*model, replacing)) {
         version = replacing;
         applying = 0;
         ::unlink(JournalPath().c_str());
@@ -231,8 +230,8 @@ struct Receiver::Impl {
     }
     const std::string tmp = ModelPath() + ".incoming";
     model.reset();
-    RETURN_NOT_OK(internal::CreateModelFile(tmp, specs, nullptr,
-                                            {{"refit.version", std::to_string(c.version)}}));
+    RETURN_NOT_OK(internal::CreateModelFile(
+        tmp, specs, nullptr, {{internal::kVersionMetadataKey, std::to_string(c.version)}}));
     ASSIGN_OR_RAISE(model, SafetensorsFile::Open(tmp, /*writable=*/true));
     Status st = ApplyPayloads(manifests, stats);
     if (st.ok()) st = model->Sync();

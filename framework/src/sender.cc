@@ -321,8 +321,7 @@ struct Sender::Impl {
         // Killed after the rename, before the state said so: the baseline is the full copy.
         auto current = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
         if (err != ENOENT || !current.ok() ||
-            current.value()->metadata().count("refit.version") == 0 ||
-            current.value()->metadata().at("refit.version") != std::to_string(published_version)) {
+            !internal::HoldsVersion(*current.value(), published_version)) {
           return Status::IoError("rename " + PendingPath() + ": " + std::strerror(err));
         }
       }
@@ -550,7 +549,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     return st;
   });
   Metadata md = {{"refit.format", kPayloadFormat},
-                 {"refit.version", std::to_string(version)},
+                 {internal::kVersionMetadataKey, std::to_string(version)},
                  {"refit.rank", std::to_string(m.rank)}};
   internal::DeltaWriter writer(
       *m.encodings, m.encoding, m.chunk_bytes, m.bucket_bytes, md,
@@ -619,8 +618,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
 
   // Keep what we published so the baseline can advance to it once acknowledged.
   if (full)
-    RETURN_NOT_OK(
-        WriteSafetensors(m.PendingPath(), weights, {{"refit.version", std::to_string(version)}}));
+    RETURN_NOT_OK(WriteSafetensors(m.PendingPath(), weights,
+                                   {{internal::kVersionMetadataKey, std::to_string(version)}}));
 
   if (m.rank == 0) {
     // The commit marker is written last, once every rank's manifest exists.
