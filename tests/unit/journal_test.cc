@@ -29,6 +29,15 @@ class JournalTest : public ::testing::Test {
 
   // A 4x6 i16 tensor; entries write into the box rows 1..2, cols 2..4.
   Box SubBox() const { return Box{{1, 2}, {2, 3}}; }
+  // That tensor, "w", over bits (24 elements).
+  static TensorView TensorW(std::vector<uint16_t>& bits) {
+    TensorView t;
+    t.name = "w";
+    t.dtype = DType::kI16;
+    t.shape = {4, 6};
+    t.data = bits.data();
+    return t;
+  }
   std::string dir_;
   std::string path_;
 };
@@ -47,11 +56,7 @@ TEST_F(JournalTest, EntriesSurviveReopenAndReplayIntoTheirBox) {
   EXPECT_TRUE(j->Has("p0#1"));
   EXPECT_FALSE(j->Has("p0#2"));
   std::vector<uint16_t> bits(24, 0);
-  TensorView t;
-  t.name = "w";
-  t.dtype = DType::kI16;
-  t.shape = {4, 6};
-  t.data = bits.data();
+  TensorView t = TensorW(bits);
   std::map<std::string, TensorView*> tensors = {{"w", &t}};
   ASSERT_TRUE(j->Replay(tensors).ok());
   ASSERT_TRUE(j->Replay(tensors).ok());  // idempotent
@@ -104,11 +109,7 @@ TEST_F(JournalTest, ReplayRefusesEntriesThatDoNotFitTheModel) {
   }
   ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
   std::vector<uint16_t> bits(24, 0);
-  TensorView t;
-  t.name = "w";
-  t.dtype = DType::kI16;
-  t.shape = {4, 6};
-  t.data = bits.data();
+  TensorView t = TensorW(bits);
   // Position 6 is outside the 2x3 box.
   Status st = j->Replay({{"w", &t}});
   EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.message();
