@@ -107,22 +107,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.positions = positions.data();
   const uint64_t max = refit::ctx::MaxEncodedSize(in);
   FUZZ_CHECK(max > 0, "MaxEncodedSize is 0");
-  std::vector<uint8_t> out(max);
-  refit::Result<uint64_t> written = refit::ctx::Encode(in, out.data(), max);
-  FUZZ_CHECK(written.ok(), "re-encode failed: %s", written.status().ToString().c_str());
-  out.resize(*written);
-  for (refit::kernels::SimdLevel level : kLevels) {
-    std::vector<uint8_t> other(max);
-    refit::Result<uint64_t> other_written = refit::ctx::EncodeAt(level, in, other.data(), max);
-    FUZZ_CHECK(other_written.ok(), "%s re-encode failed", refit::kernels::SimdLevelName(level));
-    other.resize(*other_written);
-    FUZZ_CHECK(other == out, "%s payload differs from the active level's",
-               refit::kernels::SimdLevelName(level));
+  // The codec's own choice, and, for an accepted table-form payload, the table form with its
+  // chosen slots and with one slot per class (small records never pick it themselves).
+  std::vector<refit::ctx::CodedForm> forms = {refit::ctx::CodedForm::kAuto};
+  if (payload.size() > 5 && payload[5] == 2) {
+    forms.push_back(refit::ctx::CodedForm::kTables);
+    forms.push_back(refit::ctx::CodedForm::kTablesPerClass);
   }
-  std::vector<uint8_t> again = initial;
-  target.bits = again.data();
-  st = refit::ctx::Decode(out.data(), out.size(), target);
-  FUZZ_CHECK(st.ok(), "decode of its own payload failed: %s", st.ToString().c_str());
-  FUZZ_CHECK(again == decoded, "round trip changed the bits");
+  for (refit::ctx::CodedForm form : forms) {
+    std::vector<uint8_t> out;
+    for (refit::kernels::SimdLevel level : kLevels) {
+      std::vector<uint8_t> other(max);
+      refit::Result<uint64_t> other_written =
+          refit::ctx::EncodeAt(level, in, other.data(), max, form);
+      FUZZ_CHECK(other_written.ok(), "%s re-encode failed: %s",
+                 refit::kernels::SimdLevelName(level), other_written.status().ToString().c_str());
+      other.resize(*other_written);
+      if (level == kLevels[0]) out = other;
+      FUZZ_CHECK(other == out, "%s payload differs from the scalar level's",
+                 refit::kernels::SimdLevelName(level));
+    }
+    std::vector<uint8_t> again = initial;
+    target.bits = again.data();
+    st = refit::ctx::Decode(out.data(), out.size(), target);
+    FUZZ_CHECK(st.ok(), "decode of its own payload failed: %s", st.ToString().c_str());
+    FUZZ_CHECK(again == decoded, "round trip changed the bits");
+  }
   return 0;
 }

@@ -124,16 +124,19 @@ TEST(CtxLevels, PayloadsAndBitsAgreeOnEveryDtype) {
   const uint64_t sizes[] = {1, 2, 63, 64, 65, 97, 128, 1000, 4096 + 13};
   const double densities[] = {0.002, 0.03, 0.4, 1.0};
   uint64_t seed = 1;
-  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables}) {
+  for (ctx::CodedForm form :
+       {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables, ctx::CodedForm::kTablesPerClass}) {
+    const std::string form_name = form == ctx::CodedForm::kAdaptive ? "adaptive"
+                                  : form == ctx::CodedForm::kTables ? "tables"
+                                                                    : "tables per class";
     for (int32_t dtype = REFIT_DTYPE_BOOL; dtype <= REFIT_DTYPE_F8_E5M2; ++dtype) {
       for (uint64_t n : sizes) {
         for (double density : densities) {
           for (bool wide : {false, true}) {
             Case c = MakeCase(dtype, n, density, seed++, wide);
             ExpectLevelsAgree(c,
-                              std::string(form == ctx::CodedForm::kTables ? "tables" : "adaptive") +
-                                  ", dtype " + std::to_string(dtype) + ", n " + std::to_string(n) +
-                                  ", density " + std::to_string(density) +
+                              form_name + ", dtype " + std::to_string(dtype) + ", n " +
+                                  std::to_string(n) + ", density " + std::to_string(density) +
                                   (wide ? ", wide exponents" : ""),
                               form);
             if (HasFatalFailure()) return;
@@ -183,17 +186,20 @@ TEST(CtxLevels, ForgedPayloadsDecodeIdenticallyAtEveryLevel) {
   constexpr size_t kGuard = 64;
   constexpr uint8_t kGuardByte = 0xA5;
   std::mt19937_64 rng(99);
-  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables}) {
+  for (ctx::CodedForm form :
+       {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables, ctx::CodedForm::kTablesPerClass}) {
     for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F16, REFIT_DTYPE_F32, REFIT_DTYPE_F64,
                           REFIT_DTYPE_F8_E5M2, REFIT_DTYPE_U8}) {
-      Case c = MakeCase(dtype, 200, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
+      // (One table per class outweighs a 200-element literal: a larger record for that form.)
+      const uint64_t n = form == ctx::CodedForm::kTablesPerClass ? 4000 : 200;
+      Case c = MakeCase(dtype, n, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
       const refit_encode_input_t in = c.Input();
       std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));
       Result<uint64_t> size =
           ctx::EncodeAt(SimdLevel::kScalar, in, valid.data(), valid.size(), form);
       ASSERT_TRUE(size.ok());
       valid.resize(*size);
-      ASSERT_EQ(valid[5], form == ctx::CodedForm::kTables ? 2 : 0) << "expected a coded payload";
+      ASSERT_EQ(valid[5], form == ctx::CodedForm::kAdaptive ? 0 : 2) << "expected a coded payload";
       for (int trial = 0; trial < 300; ++trial) {
         std::vector<uint8_t> forged = valid;
         const int edits = 1 + static_cast<int>(rng() % 4);

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ctx_bound.h"
@@ -98,6 +100,123 @@ TEST(CtxCodec, TableFormOfTheSyntheticDeltaRoundTripsBelowTheBound) {
       d.old_bits.data(), d.new_bits.data(), 2, d.n(), d.positions.data(), d.positions.size());
   EXPECT_LT(static_cast<double>(payload.size()), 0.75 * bound.total_bytes())
       << payload.size() << " bytes vs bound " << bound.total_bytes();
+}
+
+std::vector<uint8_t> EncodeTablesOrDie(Delta& d, kernels::SimdLevel level) {
+  const refit_encode_input_t in = d.Input();
+  std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
+  Result<uint64_t> size = ctx::EncodeAt(level, in, out.data(), out.size(), ctx::CodedForm::kTables);
+  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  out.resize(size.ok() ? *size : 0);
+  EXPECT_EQ(out.size() > 5 ? out[5] : 0, 2) << "expected the table form";
+  return out;
+}
+
+// Where a table-form payload's slot list starts: after version, checksum, mode, dtype, the
+// class range and the varints n and k.
+size_t SlotListOffset(const std::vector<uint8_t>& payload) {
+  size_t at = 9;
+  for (int varint = 0; varint < 2; ++varint) {
+    while (payload[at] & 0x80) ++at;
+    ++at;
+  }
+  return at;
+}
+
+// The (first, last) classes of each slot of a table-form payload.
+std::vector<std::pair<int, int>> SlotsOf(const std::vector<uint8_t>& payload) {
+  size_t at = SlotListOffset(payload);
+  std::vector<std::pair<int, int>> slots(payload[at] + 1u);
+  for (auto& slot : slots) {
+    slot = {payload[at + 1], payload[at + 2]};
+    at += 2;
+  }
+  return slots;
+}
+
+// A bf16 delta whose change rate does not depend on the old value's exponent (12 exponents,
+// 1% of the elements move by one ULP), like `refit bench codec --density`.
+Delta UniformRateDelta(uint64_t n) {
+  std::mt19937_64 rng(11);
+  Delta d;
+  d.old_bits.resize(2 * n);
+  d.new_bits.resize(2 * n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    const auto bits =
+        static_cast<uint16_t>(((r >> 8) & 0x8000) | ((113 + r % 12) << 7) | ((r >> 16) & 0x7f));
+    const uint16_t moved = (r >> 32) % 100 == 0 ? static_cast<uint16_t>(bits + 1) : bits;
+    std::memcpy(d.old_bits.data() + 2 * i, &bits, 2);
+    std::memcpy(d.new_bits.data() + 2 * i, &moved, 2);
+  }
+  return d;
+}
+
+// No exponent structure: per-class runs would code nothing better than plain distances, so the
+// encoder codes one slot of every class (the decoder then reads no class at all).
+TEST(CtxCodec, UniformChangeRatesShareOneSlotOfEveryClass) {
+  Delta d = UniformRateDelta(1 << 20);
+  const std::vector<uint8_t> payload = EncodeTablesOrDie(d, kernels::ActiveSimdLevel());
+  EXPECT_EQ(SlotsOf(payload), (std::vector<std::pair<int, int>>{{0, 255}}));
+  ASSERT_TRUE(RoundTrips(d, payload));
+  for (kernels::SimdLevel level : {kernels::SimdLevel::kScalar, kernels::SimdLevel::kAvx512}) {
+    EXPECT_EQ(EncodeTablesOrDie(d, level), payload);
+    std::vector<uint8_t> bits = d.old_bits;
+    ASSERT_TRUE(ctx::DecodeAt(level, payload.data(), payload.size(), d.Target(&bits)).ok());
+    EXPECT_TRUE(bits == d.new_bits);
+  }
+}
+
+// The realistic delta's rate halves per exponent step: the classes keep separate slots (merged
+// only where that costs next to nothing), ascending and not overlapping.
+TEST(CtxCodec, ExponentDependentRatesKeepSeparateSlots) {
+  Delta d = SyntheticDelta();
+  const std::vector<uint8_t> payload = EncodeTablesOrDie(d, kernels::ActiveSimdLevel());
+  const std::vector<std::pair<int, int>> slots = SlotsOf(payload);
+  EXPECT_GE(slots.size(), 8u);
+  for (size_t s = 0; s < slots.size(); ++s) {
+    EXPECT_LE(slots[s].first, slots[s].second);
+    if (s > 0) {
+      EXPECT_GT(slots[s].first, slots[s - 1].second);
+    }
+  }
+  EXPECT_EQ(slots.front().first, payload[7]);  // the header's class range
+  EXPECT_EQ(slots.back().second, payload[8]);
+  ASSERT_TRUE(RoundTrips(d, payload));
+}
+
+// Slot lists that are out of order, overlap, leave the header's class range or are cut short are
+// refused before any write, at every level.
+TEST(CtxCodec, ForgedSlotListsAreRefusedBeforeAnyWrite) {
+  Delta d = SyntheticDelta();
+  d.old_bits.resize(400000);
+  d.new_bits.resize(400000);
+  const std::vector<uint8_t> payload = EncodeTablesOrDie(d, kernels::ActiveSimdLevel());
+  const size_t at = SlotListOffset(payload);
+  ASSERT_GE(payload[at], 2) << "the test needs three slots or more";
+  const auto forge = [&](const std::function<void(std::vector<uint8_t>&)>& edit) {
+    std::vector<uint8_t> bad = payload;
+    edit(bad);
+    const uint64_t digest = kernels::Digest64(bad.data() + 5, bad.size() - 5);
+    sdk::StoreLE<uint32_t>(bad.data() + 1, static_cast<uint32_t>(digest));
+    return bad;
+  };
+  const std::vector<std::vector<uint8_t>> forged = {
+      forge([&](auto& b) { std::swap(b[at + 1], b[at + 2]); }),             // first > last
+      forge([&](auto& b) { b[at + 3] = b[at + 2]; }),                       // overlaps the previous
+      forge([&](auto& b) { b[at + 1] = static_cast<uint8_t>(b[7] + 1); }),  // not the range's start
+      forge([&](auto& b) { b[8] = static_cast<uint8_t>(b[8] + 1); }),       // range's end elsewhere
+      forge([&](auto& b) { b[at] = 255; }),                                 // more slots than bytes
+      forge([&](auto& b) { b.resize(at + 3); }),                            // cut in the list
+  };
+  for (size_t f = 0; f < forged.size(); ++f) {
+    for (kernels::SimdLevel level : {kernels::SimdLevel::kScalar, kernels::SimdLevel::kAvx512}) {
+      std::vector<uint8_t> bits = d.old_bits;
+      const Status st = ctx::DecodeAt(level, forged[f].data(), forged[f].size(), d.Target(&bits));
+      EXPECT_EQ(st.code(), StatusCode::kCorrupt) << "forgery " << f << ": " << st.ToString();
+      EXPECT_TRUE(bits == d.old_bits) << "forgery " << f;
+    }
+  }
 }
 
 // Every bf16 pattern as an old value, each moved by a step from a mix of one ULP, a few ULPs and
@@ -204,7 +323,7 @@ TEST(CtxCodec, HeaderMustMatchTheTarget) {
   t.dtype = REFIT_DTYPE_F16;  // same width, other classes
   EXPECT_EQ(ctx::Decode(payload.data(), payload.size(), t).code(), StatusCode::kCorrupt);
   std::vector<uint8_t> future = payload;
-  future[0] = 3;
+  future[0] = static_cast<uint8_t>(payload[0] + 1);
   EXPECT_EQ(ctx::Decode(future.data(), future.size(), d.Target(&bits)).code(),
             StatusCode::kUnsupported);
   EXPECT_EQ(bits, d.old_bits);

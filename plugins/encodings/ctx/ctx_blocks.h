@@ -1,9 +1,10 @@
 // Block primitives of the `ctx` codec's SIMD paths: the class bytes of 64 consecutive elements
-// (from their OLD bits) in one vector, the 64-bit mask of the members of one class, popcount and
-// select. One struct per instruction set; every function carries its own target attribute, so
-// this compiles into a portable binary and runs only where ctx_codec.cc's dispatch found the
-// features. The codec's scalar paths (walking every element) are the reference these are tested
-// against (tests/unit/ctx_test.cc compares payloads and decoded bits across levels).
+// (from their OLD bits) in one vector, the 64-bit mask of the members of one slot (a range of
+// classes), popcount and select. One struct per instruction set; every function carries its own
+// target attribute, so this compiles into a portable binary and runs only where ctx_codec.cc's
+// dispatch found the features. The codec's scalar paths (walking every element) are the reference
+// these are tested against (tests/unit/ctx_test.cc compares payloads and decoded bits across
+// levels).
 //
 // The class functions are ctx_codec.cc's: ExponentClass ((bits >> shift) & mask, for 1, 2 and 4
 // byte elements) and F64Class (8 byte elements, class bytes computed per element). For 1-byte
@@ -19,6 +20,13 @@
 namespace refit::ctx {
 
 constexpr uint32_t kBlockElems = 64;
+
+// A position class slot: the elements whose class byte is in [first, first + width]. One
+// unsigned compare of (class - first) against width tests membership.
+struct SlotRange {
+  uint8_t first = 0;
+  uint8_t width = 0;
+};
 
 #define CTX_TARGET_AVX2 __attribute__((target("avx2,popcnt")))
 #define CTX_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,popcnt,bmi2")))
@@ -64,11 +72,12 @@ struct Avx2Ops {
       }
     }
   }
-  // Bit i set when element i is of class c.
-  CTX_TARGET_AVX2 static uint64_t Mask(const Classes& v, uint32_t c) {
-    const __m256i cv = _mm256_set1_epi8(static_cast<char>(c));
-    const uint32_t lo = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v.lo, cv)));
-    const uint32_t hi = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v.hi, cv)));
+  // Bit i set when element i is in slot s.
+  CTX_TARGET_AVX2 static uint64_t Mask(const Classes& v, SlotRange s) {
+    const __m256i first = _mm256_set1_epi8(static_cast<char>(s.first));
+    const __m256i width = _mm256_set1_epi8(static_cast<char>(s.width));
+    const uint32_t lo = static_cast<uint32_t>(_mm256_movemask_epi8(In(v.lo, first, width)));
+    const uint32_t hi = static_cast<uint32_t>(_mm256_movemask_epi8(In(v.hi, first, width)));
     return (uint64_t{hi} << 32) | lo;
   }
   CTX_TARGET_AVX2 static uint32_t Pop(uint64_t m) {
@@ -82,6 +91,12 @@ struct Avx2Ops {
   }
 
  private:
+  // 0xff where first <= x <= first + width (unsigned, wrapping): no unsigned compare in AVX2, so
+  // min(x - first, width) == x - first.
+  CTX_TARGET_AVX2 static __m256i In(__m256i x, __m256i first, __m256i width) {
+    const __m256i d = _mm256_sub_epi8(x, first);
+    return _mm256_cmpeq_epi8(_mm256_min_epu8(d, width), d);
+  }
   CTX_TARGET_AVX2 static __m256i At(const uint8_t* p, int i) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
   }
@@ -134,8 +149,9 @@ struct Avx512Ops {
       }
     }
   }
-  CTX_TARGET_AVX512 static uint64_t Mask(const Classes& v, uint32_t c) {
-    return _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(c)));
+  CTX_TARGET_AVX512 static uint64_t Mask(const Classes& v, SlotRange s) {
+    return _mm512_cmple_epu8_mask(_mm512_sub_epi8(v, _mm512_set1_epi8(static_cast<char>(s.first))),
+                                  _mm512_set1_epi8(static_cast<char>(s.width)));
   }
   CTX_TARGET_AVX512 static uint32_t Pop(uint64_t m) {
     return static_cast<uint32_t>(__builtin_popcountll(m));

@@ -30,8 +30,9 @@ Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t&
 
 // How a coded (not literal) payload codes its changes: kAuto picks by record size (the adaptive
 // range coder for small records, static tables + rANS from 2^16 changes on); tests and fuzz seeds
-// force one form to reach both at any size. The decoder reads either.
-enum class CodedForm { kAuto, kAdaptive, kTables };
+// force one form to reach both at any size, and kTablesPerClass the table form with one slot per
+// class (no merging of classes, see README.md). The decoder reads any of them.
+enum class CodedForm { kAuto, kAdaptive, kTables, kTablesPerClass };
 
 // Encode / Decode walking the elements at an explicit kernel level (an unsupported one runs the
 // best supported one): scalar counts every element's class one by one (the reference), AVX2 and

@@ -207,12 +207,14 @@ int Speed(uint64_t params, double lr, double gib) {
     std::memcpy(new_bits.data() + off, new_one.data(), len);
   }
   const uint64_t chunk = 16ull << 20;
-  // CTX_FORM=adaptive|tables forces one coded form (default: the codec's choice).
+  // CTX_FORM=adaptive|tables|per_class forces one coded form (default: the codec's choice).
   const char* form_env = std::getenv("CTX_FORM");
   const std::string form_name = form_env != nullptr ? form_env : "";
   const refit::ctx::CodedForm form = form_name == "adaptive" ? refit::ctx::CodedForm::kAdaptive
                                      : form_name == "tables" ? refit::ctx::CodedForm::kTables
-                                                             : refit::ctx::CodedForm::kAuto;
+                                     : form_name == "per_class"
+                                         ? refit::ctx::CodedForm::kTablesPerClass
+                                         : refit::ctx::CodedForm::kAuto;
   auto t0 = Clock::now();
   uint64_t differ = refit::kernels::CountDiff(old_bits.data(), new_bits.data(), total / 2, 2);
   const double scan_s = Seconds(t0);
@@ -326,19 +328,22 @@ int Seeds(const std::string& dir) {
           refit::kernels::DiffPositions(initial.data(), next.data(), kElems, es, &positions);
       in.positions = positions.data();
       // Both coded forms: the adaptive one (what a record this small gets) and the table form
-      // (what large records get), forced.
+      // (what large records get), forced, with its chosen slots and with one slot per class.
       for (refit::ctx::CodedForm form :
-           {refit::ctx::CodedForm::kAdaptive, refit::ctx::CodedForm::kTables}) {
-        const bool tables = form == refit::ctx::CodedForm::kTables;
+           {refit::ctx::CodedForm::kAdaptive, refit::ctx::CodedForm::kTables,
+            refit::ctx::CodedForm::kTablesPerClass}) {
+        const bool tables = form != refit::ctx::CodedForm::kAdaptive;
+        const bool per_class = form == refit::ctx::CodedForm::kTablesPerClass;
         if (tables && (changes == 0 || changes == kElems)) continue;  // empty / literal: as above
         std::vector<uint8_t> out(refit::ctx::MaxEncodedSize(in));
         refit::Result<uint64_t> size = refit::ctx::EncodeAt(refit::kernels::ActiveSimdLevel(), in,
                                                             out.data(), out.size(), form);
         if (!size.ok()) return 1;
         for (uint8_t flag : {uint8_t{0}, uint8_t{0x80}}) {
-          const std::string name =
-              dir + "/" + std::string(refit::NameOf(static_cast<refit::DType>(dtype))) + "_k" +
-              std::to_string(in.n_changed) + (tables ? "_tables" : "") + (flag ? "_fixup" : "");
+          const std::string name = dir + "/" +
+                                   std::string(refit::NameOf(static_cast<refit::DType>(dtype))) +
+                                   "_k" + std::to_string(in.n_changed) + (tables ? "_tables" : "") +
+                                   (per_class ? "_per_class" : "") + (flag ? "_fixup" : "");
           std::ofstream f(name, std::ios::binary);
           const char selector = static_cast<char>((dtype - 1) | flag);
           f.write(&selector, 1);
