@@ -293,6 +293,8 @@ struct DeltaWriter::Slot {
   kernels::UninitVector<uint8_t> old_scratch;
   kernels::UninitVector<uint8_t> new_scratch;
   kernels::PositionList positions;
+  kernels::ValueList old_values;  // the changed elements' bits, packed (encode input, ABI 1.2)
+  kernels::ValueList new_values;
   kernels::UninitVector<uint8_t> best;
   kernels::UninitVector<uint8_t> trial;
   std::vector<uint64_t> sizes;
@@ -408,12 +410,19 @@ void DeltaWriter::Compute(Slot& slot) {
     }
   }
   slot.positions.clear();
+  slot.old_values.clear();
+  slot.new_values.clear();
   uint64_t changed = n;
   uint64_t digest = 0;
+  // Only an encoder reads the packed values (a dense record copies the bits at commit).
+  const bool encodes = single_ != nullptr || auto_ != nullptr;
   if (old_bits != nullptr) {
-    // One pass: each block of the new bits is digested while the diff has it in cache.
+    // One pass: each block of the new bits is digested while the diff has it in cache, and the
+    // changed elements' bits are copied out of it for the encoder.
+    kernels::ChangedValues values;
+    if (encodes) values = {&slot.old_values, &slot.new_values};
     const kernels::DiffDigest d =
-        kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions);
+        kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions, values);
     changed = d.changed;
     digest = d.digest;
   } else {
@@ -437,6 +446,10 @@ void DeltaWriter::Compute(Slot& slot) {
   in.new_bits = new_bits;
   in.positions = old_bits != nullptr ? slot.positions.data() : nullptr;
   in.n_changed = changed;
+  if (old_bits != nullptr && encodes) {
+    in.old_values = slot.old_values.data();
+    in.new_values = slot.new_values.data();
+  }
 
   h.tensor = s.tensor;
   h.dtype = s.dtype;

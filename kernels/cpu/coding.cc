@@ -249,6 +249,12 @@ void GatherValues(const void* bits, uint32_t elem_size, const uint64_t* position
   });
 }
 
+void GatherValues(const void* bits, const uint8_t* packed, uint32_t elem_size,
+                  const uint64_t* positions, uint64_t k, uint8_t* values) {
+  if (packed == nullptr) return GatherValues(bits, elem_size, positions, k, values);
+  if (k > 0) std::memcpy(values, packed, k * elem_size);
+}
+
 namespace {
 
 // Calls fn(j, old ^ new) for each position j, as U, prefetching both inputs ahead.
@@ -285,6 +291,20 @@ void GatherXorPlanes(const void* old_bits, const void* new_bits, uint32_t elem_s
   ForEachXor(old_bits, new_bits, elem_size, positions, k, [&](uint64_t j, auto x) {
     for (uint32_t byte = 0; byte < sizeof(x); ++byte) {
       planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
+    }
+  });
+}
+
+void XorPlanesOfValues(const uint8_t* old_values, const uint8_t* new_values, uint32_t elem_size,
+                       uint64_t k, uint8_t* planes) {
+  ByElem(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    for (uint64_t j = 0; j < k; ++j) {
+      const U x = static_cast<U>(LoadLE<U>(old_values + j * sizeof(U)) ^
+                                 LoadLE<U>(new_values + j * sizeof(U)));
+      for (uint32_t byte = 0; byte < sizeof(U); ++byte) {
+        planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
+      }
     }
   });
 }

@@ -402,19 +402,52 @@ int ElemIndex(uint32_t elem_size) {
   }
 }
 
+// Appends the bits at positions[0, count) of src to *values (room kept as for positions).
+template <typename T>
+void AppendValuesOf(const uint8_t* src, const uint64_t* positions, uint64_t count,
+                    uint8_t* values) {
+  for (uint64_t j = 0; j < count; ++j) {
+    std::memcpy(values + j * sizeof(T), src + positions[j] * sizeof(T), sizeof(T));
+  }
+}
+void AppendValues(const uint8_t* src, uint32_t elem_size, const uint64_t* positions, uint64_t count,
+                  uint8_t* values) {
+  switch (elem_size) {
+    case 1:
+      return AppendValuesOf<uint8_t>(src, positions, count, values);
+    case 2:
+      return AppendValuesOf<uint16_t>(src, positions, count, values);
+    case 4:
+      return AppendValuesOf<uint32_t>(src, positions, count, values);
+    default:
+      return AppendValuesOf<uint64_t>(src, positions, count, values);
+  }
+}
+
+// Keeps room for `more` elements of `elem_size` bytes after `used` in *v (grown geometrically).
+void Reserve(ValueList* v, uint64_t used, uint64_t more, uint32_t elem_size) {
+  const uint64_t want = (used + more) * elem_size;
+  if (v->size() < want) v->resize(want > 2 * v->size() ? want : 2 * v->size());
+}
+
 // The walk shared by DiffPositions and DiffPositionsAndDigest: blocks of kWalkBytes of new bits
 // (a multiple of the 64-element mask block at every element size), each diffed into room kept at
 // the end of *positions (grown geometrically, trimmed at the end: no per-position capacity check)
-// and then, while still in L1, fed to the digest if there is one.
+// and then, while still in L1, fed to the digest if there is one and copied from at its
+// positions into the value lists that are wanted.
 constexpr uint64_t kWalkBytes = 16384;
 
 template <typename Vec>
 uint64_t DiffInBlocks(DiffFn diff, const void* old_bits, const void* new_bits, uint64_t n,
-                      uint32_t elem_size, Vec* positions, DigestStream* digest) {
+                      uint32_t elem_size, Vec* positions, DigestStream* digest,
+                      ChangedValues values = {}) {
   const auto* a = static_cast<const uint8_t*>(old_bits);
   const auto* b = static_cast<const uint8_t*>(new_bits);
   const uint64_t step = kWalkBytes / elem_size;
   const size_t before = positions->size();
+  // The value lists continue from their own current ends.
+  const uint64_t old_before = values.old_values ? values.old_values->size() / elem_size : 0;
+  const uint64_t new_before = values.new_values ? values.new_values->size() / elem_size : 0;
   size_t out = before;
   for (uint64_t i = 0; i < n; i += step) {
     const uint64_t m = n - i < step ? n - i : step;
@@ -422,11 +455,27 @@ uint64_t DiffInBlocks(DiffFn diff, const void* old_bits, const void* new_bits, u
       const size_t want = out + m + kBlock;
       positions->resize(want > 2 * positions->size() ? want : 2 * positions->size());
     }
-    out += diff(a + i * elem_size, b + i * elem_size, m, i, positions->data() + out);
+    const uint64_t found =
+        diff(a + i * elem_size, b + i * elem_size, m, i, positions->data() + out);
+    const uint64_t done = out - before;  // changes already appended by earlier blocks
+    if (values.old_values != nullptr) {
+      Reserve(values.old_values, old_before + done, found, elem_size);
+      AppendValues(a, elem_size, positions->data() + out, found,
+                   values.old_values->data() + (old_before + done) * elem_size);
+    }
+    if (values.new_values != nullptr) {
+      Reserve(values.new_values, new_before + done, found, elem_size);
+      AppendValues(b, elem_size, positions->data() + out, found,
+                   values.new_values->data() + (new_before + done) * elem_size);
+    }
+    out += found;
     if (digest != nullptr) digest->Update(b + i * elem_size, m * elem_size);
   }
   positions->resize(out);
-  return out - before;
+  const uint64_t changed = out - before;
+  if (values.old_values != nullptr) values.old_values->resize((old_before + changed) * elem_size);
+  if (values.new_values != nullptr) values.new_values->resize((new_before + changed) * elem_size);
+  return changed;
 }
 
 }  // namespace
@@ -471,13 +520,14 @@ uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits
 }
 
 DiffDigest DiffPositionsAndDigestAt(SimdLevel level, const void* old_bits, const void* new_bits,
-                                    uint64_t n, uint32_t elem_size, PositionList* positions) {
+                                    uint64_t n, uint32_t elem_size, PositionList* positions,
+                                    ChangedValues values) {
   const int e = ElemIndex(elem_size);
   if (e < 0) return {};
   DigestStream digest(level);
   DiffDigest r;
-  r.changed =
-      DiffInBlocks(KernelsFor(level).diff[e], old_bits, new_bits, n, elem_size, positions, &digest);
+  r.changed = DiffInBlocks(KernelsFor(level).diff[e], old_bits, new_bits, n, elem_size, positions,
+                           &digest, values);
   r.digest = digest.Final();
   return r;
 }
@@ -497,8 +547,10 @@ uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint3
 }
 
 DiffDigest DiffPositionsAndDigest(const void* old_bits, const void* new_bits, uint64_t n,
-                                  uint32_t elem_size, PositionList* positions) {
-  return DiffPositionsAndDigestAt(ActiveSimdLevel(), old_bits, new_bits, n, elem_size, positions);
+                                  uint32_t elem_size, PositionList* positions,
+                                  ChangedValues values) {
+  return DiffPositionsAndDigestAt(ActiveSimdLevel(), old_bits, new_bits, n, elem_size, positions,
+                                  values);
 }
 
 }  // namespace refit::kernels

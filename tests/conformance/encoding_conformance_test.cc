@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -335,6 +336,35 @@ TEST_P(EncodingConformanceTest, DeltaRoundTripsBitExact) {
         ASSERT_TRUE(st.ok()) << what << ": second decode: " << st.ToString();
         EXPECT_TRUE(target.Equals(pair.new_bits)) << what << ": overwrite is not idempotent";
       }
+    }
+  }
+}
+
+// ABI 1.2: the host may hand the changed elements' bits packed (old_values / new_values). The
+// payload must not depend on whether it did, nor on an ABI 1.0 sized input (no such fields).
+TEST_P(EncodingConformanceTest, PackedValuesGiveTheSamePayload) {
+  uint64_t seed = 300;
+  for (uint64_t n : kSizes) {
+    for (double density : kDensities) {
+      const std::string what = Describe(dtype_, n, density);
+      const TensorPair pair = MakePair(dtype_, n, density, seed++);
+      refit_encode_input_t in = DeltaInput(pair, n);
+      const std::vector<uint8_t> plain = EncodeOk(in, what);
+      if (HasFailure()) return;
+      std::vector<uint8_t> old_values(in.n_changed * es_ + 1);
+      std::vector<uint8_t> new_values(in.n_changed * es_ + 1);
+      for (uint64_t j = 0; j < in.n_changed; ++j) {
+        std::memcpy(old_values.data() + j * es_, pair.old_bits.data() + in.positions[j] * es_, es_);
+        std::memcpy(new_values.data() + j * es_, pair.new_bits.data() + in.positions[j] * es_, es_);
+      }
+      in.old_values = old_values.data();
+      in.new_values = new_values.data();
+      EXPECT_EQ(EncodeOk(in, what + ", packed values"), plain) << what;
+      in.old_values = nullptr;
+      EXPECT_EQ(EncodeOk(in, what + ", packed new values only"), plain) << what;
+      in.new_values = new_values.data();
+      in.struct_size = offsetof(refit_encode_input_t, old_values);  // an ABI 1.0 host
+      EXPECT_EQ(EncodeOk(in, what + ", ABI 1.0 input"), plain) << what;
     }
   }
 }

@@ -183,6 +183,24 @@ TEST(KernelDispatch, DiffAndDigestInOnePassMatchesTheSeparateKernels) {
             EXPECT_EQ(got[0], 42u) << what;
             EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + 1)) << what;
             EXPECT_EQ(r.digest, Digest64At(SimdLevel::kScalar, pb, n * es)) << what;
+            // With the changed elements' bits copied out too (appended after one element that
+            // is there): the same positions and digest, and exactly the bits at the positions.
+            ValueList old_values(es, 0xEE);
+            ValueList new_values(es, 0xEE);
+            PositionList again;
+            const DiffDigest with_values = DiffPositionsAndDigestAt(
+                level, pa, pb, n, es, &again, ChangedValues{&old_values, &new_values});
+            EXPECT_EQ(with_values.digest, r.digest) << what;
+            ASSERT_EQ(again.size(), want.size()) << what;
+            ASSERT_EQ(old_values.size(), (want.size() + 1) * es) << what;
+            ASSERT_EQ(new_values.size(), (want.size() + 1) * es) << what;
+            EXPECT_EQ(old_values[0], 0xEE) << what;
+            for (size_t j = 0; j < want.size(); ++j) {
+              ASSERT_EQ(std::memcmp(old_values.data() + (j + 1) * es, pa + want[j] * es, es), 0)
+                  << what << " old value " << j;
+              ASSERT_EQ(std::memcmp(new_values.data() + (j + 1) * es, pb + want[j] * es, es), 0)
+                  << what << " new value " << j;
+            }
           }
         }
       }

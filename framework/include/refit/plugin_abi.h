@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 1
+#define REFIT_ABI_MINOR 2
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -138,6 +138,12 @@ typedef struct refit_encode_input {
   const void* new_bits;     /* sender's new bits */
   const uint64_t* positions;/* sorted indices where old != new bitwise; NULL when old_bits is NULL */
   uint64_t n_changed;       /* number of positions (n_elems when old_bits is NULL) */
+  /* ABI 1.2 (read only when struct_size covers them; each may be NULL): the old and the new bits
+   * of the n_changed changed elements, packed in position order (n_changed * elem_size bytes).
+   * The host gathers them during its diff, while the elements are in cache; an encoding reads
+   * them instead of gathering old_bits / new_bits at the positions (a cache miss per change). */
+  const void* old_values;
+  const void* new_values;
 } refit_encode_input_t;
 
 /* Where a record is applied: a contiguous run holding the receiver's current bits, updated in

@@ -52,8 +52,8 @@ void WriteStream(const refit_encode_input_t& in, const StreamPlan& plan, uint8_t
   StoreLE<uint64_t>(out + 12, plan.gap_bytes);
   uint8_t* gaps = out + kStreamHeaderBytes;
   kernels::EncodeGaps(in.positions, in.n_changed, plan.gap_width, gaps);
-  kernels::GatherValues(in.new_bits, in.elem_size, in.positions, in.n_changed,
-                        gaps + plan.gap_bytes);
+  kernels::GatherValues(in.new_bits, sdk::PackedNewValues(in), in.elem_size, in.positions,
+                        in.n_changed, gaps + plan.gap_bytes);
 }
 
 bool StreamBytesBound(const refit_encode_input_t& in, uint64_t* bytes) {

@@ -67,7 +67,8 @@ class BitmaskEncoding {
     StoreLE<uint64_t>(out + 4, in.n_changed);
     uint8_t* mask = out + kHeaderBytes;
     refit::kernels::BuildBitmask(in.positions, in.n_changed, in.n_elems, mask);
-    refit::kernels::GatherValues(in.new_bits, in.elem_size, in.positions, in.n_changed,
+    refit::kernels::GatherValues(in.new_bits, refit::sdk::PackedNewValues(in), in.elem_size,
+                                 in.positions, in.n_changed,
                                  mask + refit::kernels::BitmaskBytes(in.n_elems));
     return total;
   }

@@ -146,7 +146,8 @@ class IndicesEncoding {
                              std::to_string(in.positions[bad]) +
                              ") is out of range or not strictly increasing");
     }
-    refit::kernels::GatherValues(in.new_bits, in.elem_size, in.positions, in.n_changed, values);
+    refit::kernels::GatherValues(in.new_bits, refit::sdk::PackedNewValues(in), in.elem_size,
+                                 in.positions, in.n_changed, values);
     return total;
   }
 

@@ -78,8 +78,15 @@ class XorEncoding {
     const uint64_t value_bytes = k * in.elem_size;  // fits: checked by PlanStream
     refit::kernels::UninitVector<uint8_t> body(plan.gap_bytes + value_bytes);  // written in full
     refit::kernels::EncodeGaps(in.positions, k, plan.gap_width, body.data());
-    refit::kernels::GatherXorPlanes(in.old_bits, in.new_bits, in.elem_size, in.positions, k,
-                                    body.data() + plan.gap_bytes);
+    const uint8_t* old_values = refit::sdk::PackedOldValues(in);
+    const uint8_t* new_values = refit::sdk::PackedNewValues(in);
+    if (old_values != nullptr && new_values != nullptr) {
+      refit::kernels::XorPlanesOfValues(old_values, new_values, in.elem_size, k,
+                                        body.data() + plan.gap_bytes);
+    } else {
+      refit::kernels::GatherXorPlanes(in.old_bits, in.new_bits, in.elem_size, in.positions, k,
+                                      body.data() + plan.gap_bytes);
+    }
     Result<uint64_t> packed = refit::codec::Compress(codec_, level_, body.data(), body.size(),
                                                      out + kHeaderBytes, cap - kHeaderBytes);
     if (!packed.ok()) {

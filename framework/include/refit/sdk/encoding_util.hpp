@@ -3,6 +3,7 @@
 // same checks (and the same error texts) as the builtin ones.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -40,10 +41,13 @@ inline Result<uint64_t> ElementBytes(uint64_t n_elems, uint32_t elem_size) {
 
 // Checks the host's encode input: struct size, element size, pointers the fields promise.
 // Returns the byte size of the run (n_elems * elem_size).
+// The size of an ABI 1.0 encode input (1.2 appended the packed values).
+constexpr uint32_t kEncodeInputV1Size = offsetof(refit_encode_input_t, old_values);
+
 inline Result<uint64_t> CheckEncodeInput(const refit_encode_input_t& in) {
-  if (in.struct_size < sizeof(refit_encode_input_t)) {
+  if (in.struct_size < kEncodeInputV1Size) {
     return Status::Invalid("encode input struct_size " + std::to_string(in.struct_size) +
-                           " is smaller than " + std::to_string(sizeof(refit_encode_input_t)));
+                           " is smaller than " + std::to_string(kEncodeInputV1Size));
   }
   ASSIGN_OR_RAISE(uint64_t bytes, ElementBytes(in.n_elems, in.elem_size));
   if (bytes > 0 && in.new_bits == nullptr) return Status::Invalid("encode input has no new_bits");
@@ -56,6 +60,21 @@ inline Result<uint64_t> CheckEncodeInput(const refit_encode_input_t& in) {
                            " changed positions for " + std::to_string(in.n_elems) + " elements");
   }
   return bytes;
+}
+
+// The changed elements' old / new bits packed in position order when the host provided them
+// (ABI 1.2), else nullptr: gather from old_bits / new_bits at the positions then.
+inline const uint8_t* PackedOldValues(const refit_encode_input_t& in) {
+  if (in.struct_size < offsetof(refit_encode_input_t, old_values) + sizeof(in.old_values)) {
+    return nullptr;
+  }
+  return static_cast<const uint8_t*>(in.old_values);
+}
+inline const uint8_t* PackedNewValues(const refit_encode_input_t& in) {
+  if (in.struct_size < offsetof(refit_encode_input_t, new_values) + sizeof(in.new_values)) {
+    return nullptr;
+  }
+  return static_cast<const uint8_t*>(in.new_values);
 }
 
 // Checks the host's decode target. Returns the byte size of the run (n_elems * elem_size).

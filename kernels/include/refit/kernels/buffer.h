@@ -43,5 +43,7 @@ using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
 
 // Positions of changed elements, as DiffPositionsAndDigest writes them.
 using PositionList = UninitVector<uint64_t>;
+// Bits of changed elements packed in position order (elem_size bytes each).
+using ValueList = UninitVector<uint8_t>;
 
 }  // namespace refit::kernels

@@ -32,9 +32,17 @@ struct DiffDigest {
   uint64_t changed = 0;  // positions appended
   uint64_t digest = 0;   // Digest64 of new_bits
 };
+// Where the diff also appends the old and the new bits of each changed element, packed in
+// position order, copied while its block is in cache (an encoder reading them avoids a cache
+// miss per change). Null members: not wanted.
+struct ChangedValues {
+  ValueList* old_values = nullptr;
+  ValueList* new_values = nullptr;
+};
 // Positions are appended to *positions as by DiffPositions.
 DiffDigest DiffPositionsAndDigest(const void* old_bits, const void* new_bits, uint64_t n,
-                                  uint32_t elem_size, PositionList* positions);
+                                  uint32_t elem_size, PositionList* positions,
+                                  ChangedValues values = {});
 
 enum class SimdLevel : int;  // dispatch.h
 

@@ -36,7 +36,8 @@ uint64_t DiffPositionsAt(SimdLevel level, const void* old_bits, const void* new_
 uint64_t CountDiffAt(SimdLevel level, const void* old_bits, const void* new_bits, uint64_t n,
                      uint32_t elem_size);
 DiffDigest DiffPositionsAndDigestAt(SimdLevel level, const void* old_bits, const void* new_bits,
-                                    uint64_t n, uint32_t elem_size, PositionList* positions);
+                                    uint64_t n, uint32_t elem_size, PositionList* positions,
+                                    ChangedValues values = {});
 
 // Digest64 (diff.h) with the xxh3 loop of an explicit level (unsupported: the best supported).
 uint64_t Digest64At(SimdLevel level, const void* data, uint64_t len);
