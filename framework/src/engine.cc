@@ -463,7 +463,7 @@ void DeltaWriter::Compute(Slot& slot) {
   // Encoded into scratch first: a record the encoding would make at least as large as the bits
   // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
   // dense copy is made at commit, straight into the payload.
-  if (old_bits == nullptr || (single_ == nullptr && auto_ == nullptr)) return;
+  if (old_bits == nullptr || !encodes) return;
   auto encode = [&](const Encoding* enc, kernels::UninitVector<uint8_t>& out) -> Result<uint64_t> {
     uint64_t cap = enc->MaxEncodedSize(in);
     if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");

@@ -257,6 +257,14 @@ void GatherValues(const void* bits, const uint8_t* packed, uint32_t elem_size,
 
 namespace {
 
+// Byte b of x into plane b (k bytes each) at index j.
+template <typename U>
+inline void StorePlanes(U x, uint64_t j, uint64_t k, uint8_t* planes) {
+  for (uint32_t byte = 0; byte < sizeof(U); ++byte) {
+    planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
+  }
+}
+
 // Calls fn(j, old ^ new) for each position j, as U, prefetching both inputs ahead.
 template <typename Fn>
 void ForEachXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
@@ -288,11 +296,8 @@ void GatherXor(const void* old_bits, const void* new_bits, uint32_t elem_size,
 
 void GatherXorPlanes(const void* old_bits, const void* new_bits, uint32_t elem_size,
                      const uint64_t* positions, uint64_t k, uint8_t* planes) {
-  ForEachXor(old_bits, new_bits, elem_size, positions, k, [&](uint64_t j, auto x) {
-    for (uint32_t byte = 0; byte < sizeof(x); ++byte) {
-      planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
-    }
-  });
+  ForEachXor(old_bits, new_bits, elem_size, positions, k,
+             [&](uint64_t j, auto x) { StorePlanes(x, j, k, planes); });
 }
 
 void XorPlanesOfValues(const uint8_t* old_values, const uint8_t* new_values, uint32_t elem_size,
@@ -300,11 +305,9 @@ void XorPlanesOfValues(const uint8_t* old_values, const uint8_t* new_values, uin
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
     for (uint64_t j = 0; j < k; ++j) {
-      const U x = static_cast<U>(LoadLE<U>(old_values + j * sizeof(U)) ^
-                                 LoadLE<U>(new_values + j * sizeof(U)));
-      for (uint32_t byte = 0; byte < sizeof(U); ++byte) {
-        planes[byte * k + j] = static_cast<uint8_t>(x >> (8 * byte));
-      }
+      StorePlanes(static_cast<U>(LoadLE<U>(old_values + j * sizeof(U)) ^
+                                 LoadLE<U>(new_values + j * sizeof(U))),
+                  j, k, planes);
     }
   });
 }

@@ -445,9 +445,17 @@ uint64_t DiffInBlocks(DiffFn diff, const void* old_bits, const void* new_bits, u
   const auto* b = static_cast<const uint8_t*>(new_bits);
   const uint64_t step = kWalkBytes / elem_size;
   const size_t before = positions->size();
-  // The value lists continue from their own current ends.
-  const uint64_t old_before = values.old_values ? values.old_values->size() / elem_size : 0;
-  const uint64_t new_before = values.new_values ? values.new_values->size() / elem_size : 0;
+  // The value lists wanted, each with its source and its own current end (in elements).
+  struct Copy {
+    ValueList* list;
+    const uint8_t* src;
+    uint64_t before;
+  };
+  Copy copies[2];
+  int n_copies = 0;
+  for (const Copy c : {Copy{values.old_values, a, 0}, Copy{values.new_values, b, 0}}) {
+    if (c.list != nullptr) copies[n_copies++] = {c.list, c.src, c.list->size() / elem_size};
+  }
   size_t out = before;
   for (uint64_t i = 0; i < n; i += step) {
     const uint64_t m = n - i < step ? n - i : step;
@@ -458,23 +466,19 @@ uint64_t DiffInBlocks(DiffFn diff, const void* old_bits, const void* new_bits, u
     const uint64_t found =
         diff(a + i * elem_size, b + i * elem_size, m, i, positions->data() + out);
     const uint64_t done = out - before;  // changes already appended by earlier blocks
-    if (values.old_values != nullptr) {
-      Reserve(values.old_values, old_before + done, found, elem_size);
-      AppendValues(a, elem_size, positions->data() + out, found,
-                   values.old_values->data() + (old_before + done) * elem_size);
-    }
-    if (values.new_values != nullptr) {
-      Reserve(values.new_values, new_before + done, found, elem_size);
-      AppendValues(b, elem_size, positions->data() + out, found,
-                   values.new_values->data() + (new_before + done) * elem_size);
+    for (int c = 0; c < n_copies; ++c) {
+      Reserve(copies[c].list, copies[c].before + done, found, elem_size);
+      AppendValues(copies[c].src, elem_size, positions->data() + out, found,
+                   copies[c].list->data() + (copies[c].before + done) * elem_size);
     }
     out += found;
     if (digest != nullptr) digest->Update(b + i * elem_size, m * elem_size);
   }
   positions->resize(out);
   const uint64_t changed = out - before;
-  if (values.old_values != nullptr) values.old_values->resize((old_before + changed) * elem_size);
-  if (values.new_values != nullptr) values.new_values->resize((new_before + changed) * elem_size);
+  for (int c = 0; c < n_copies; ++c) {
+    copies[c].list->resize((copies[c].before + changed) * elem_size);
+  }
   return changed;
 }
 

@@ -548,11 +548,17 @@ CTX_INLINE uint64_t DecodeMagnitude(RangeDecoder& rc, Models& m, uint32_t slot) 
   return coded >= (uint64_t{1} << (kBits - 1)) ? 0 : coded + 1;
 }
 
+// old_bits moved by `step` in the ordered representation (two's complement in the dtype's width).
+template <typename T>
+CTX_INLINE T AddOrderedStep(T old_bits, T step, bool is_float) {
+  return FromOrdered(static_cast<T>(ToOrdered(old_bits, is_float) + step), is_float);
+}
+
 template <typename T>
 CTX_INLINE T ApplyStep(T old_bits, uint32_t negative, uint64_t magnitude, bool is_float) {
   const T flip = static_cast<T>(T{0} - static_cast<T>(negative));  // negate without a branch
-  const T step = static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
-  return FromOrdered(static_cast<T>(ToOrdered(old_bits, is_float) + step), is_float);
+  return AddOrderedStep<T>(old_bits, static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip),
+                           is_float);
 }
 
 // ------------------------------------------------------------------ class counting (scalar)
@@ -844,7 +850,7 @@ uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScr
   t.words.clear();
   t.raw.clear();
   t.header.clear();
-  // Class-major order (a counting sort of the changes by class slot, stable).
+  // Slot-major order (a counting sort of the changes by slot, stable).
   std::vector<uint64_t> per_slot(slots + 1, 0);
   for (uint64_t j = 0; j < k; ++j) ++per_slot[s.classes[j] + 1];
   for (uint32_t slot = 0; slot < slots; ++slot) per_slot[slot + 1] += per_slot[slot];
@@ -1006,8 +1012,6 @@ template <typename T, typename ClassFn>
 Slots ChooseSlots(const uint8_t* old, uint64_t n, ClassFn cls, const uint64_t* changes,
                   const uint32_t (*lengths)[kStepLengths], uint32_t lo, uint32_t hi) {
   Slots slots;
-  uint64_t k = 0;
-  for (uint32_t c = lo; c <= hi; ++c) k += changes[c];
   uint64_t sampled[kNumClasses] = {};
   uint64_t taken = 0;
   constexpr uint64_t kStep = kSampleStride * kBlockElems;
@@ -1054,7 +1058,7 @@ Slots ChooseSlots(const uint8_t* old, uint64_t n, ClassFn cls, const uint64_t* c
   }
   const double budget = kMergeBudget * bits;
   const Group all = make(lo, hi);
-  const double everything = PositionBits(static_cast<double>(n), static_cast<double>(k)) +
+  const double everything = PositionBits(static_cast<double>(n), static_cast<double>(all.changes)) +
                             HistogramBits(all.lengths, kStepLengths) + kSlotBits;
   if (everything <= bits + budget) {
     slots.count = 1;
@@ -1065,17 +1069,19 @@ Slots ChooseSlots(const uint8_t* old, uint64_t n, ClassFn cls, const uint64_t* c
   while (groups.size() > 1) {
     size_t best = 0;
     double best_loss = 0;
+    Group best_merged{};
     for (size_t g = 0; g + 1 < groups.size(); ++g) {
       const Group merged = make(groups[g].first, groups[g + 1].last);
       const double loss = merged.bits - groups[g].bits - groups[g + 1].bits;
       if (g == 0 || loss < best_loss) {
         best = g;
         best_loss = loss;
+        best_merged = merged;
       }
     }
     if (spent + best_loss > budget) break;
     spent += best_loss;
-    groups[best] = make(groups[best].first, groups[best + 1].last);
+    groups[best] = best_merged;
     groups.erase(groups.begin() + static_cast<ptrdiff_t>(best) + 1);
   }
   for (const Group& g : groups) {
@@ -1598,9 +1604,9 @@ CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, 
     }
     for (uint64_t e = 0; e < pending; ++e) {
       const uint64_t i = positions[e];
-      const T old_bits = LoadElem<T>(bits, i);
-      const T next = static_cast<T>(ToOrdered(old_bits, spec.is_float) + static_cast<T>(steps[e]));
-      StoreElem<T>(bits, i, FromOrdered(next, spec.is_float));
+      StoreElem<T>(
+          bits, i,
+          AddOrderedStep<T>(LoadElem<T>(bits, i), static_cast<T>(steps[e]), spec.is_float));
     }
   }
 }
@@ -1651,10 +1657,9 @@ void WalkDecodedJumps(const Header& h, const DTypeSpec& spec, const DecodedChang
         __builtin_prefetch(bits + positions[e + kPrefetchAhead] * sizeof(T), 1);
       }
       const uint64_t at = positions[e];
-      const T old_bits = LoadElem<T>(bits, at);
-      const T next =
-          static_cast<T>(ToOrdered(old_bits, is_float) + static_cast<T>(changes[j + e].step));
-      StoreElem<T>(bits, at, FromOrdered(next, is_float));
+      StoreElem<T>(
+          bits, at,
+          AddOrderedStep<T>(LoadElem<T>(bits, at), static_cast<T>(changes[j + e].step), is_float));
     }
     j += count;
   }

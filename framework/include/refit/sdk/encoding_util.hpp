@@ -39,11 +39,11 @@ inline Result<uint64_t> ElementBytes(uint64_t n_elems, uint32_t elem_size) {
   return bytes;
 }
 
-// Checks the host's encode input: struct size, element size, pointers the fields promise.
-// Returns the byte size of the run (n_elems * elem_size).
 // The size of an ABI 1.0 encode input (1.2 appended the packed values).
 constexpr uint32_t kEncodeInputV1Size = offsetof(refit_encode_input_t, old_values);
 
+// Checks the host's encode input: struct size, element size, pointers the fields promise.
+// Returns the byte size of the run (n_elems * elem_size).
 inline Result<uint64_t> CheckEncodeInput(const refit_encode_input_t& in) {
   if (in.struct_size < kEncodeInputV1Size) {
     return Status::Invalid("encode input struct_size " + std::to_string(in.struct_size) +
@@ -64,17 +64,15 @@ inline Result<uint64_t> CheckEncodeInput(const refit_encode_input_t& in) {
 
 // The changed elements' old / new bits packed in position order when the host provided them
 // (ABI 1.2), else nullptr: gather from old_bits / new_bits at the positions then.
+// (Both fields arrived together: an input that has one has the other.)
+inline bool HasPackedValues(const refit_encode_input_t& in) {
+  return in.struct_size >= offsetof(refit_encode_input_t, new_values) + sizeof(in.new_values);
+}
 inline const uint8_t* PackedOldValues(const refit_encode_input_t& in) {
-  if (in.struct_size < offsetof(refit_encode_input_t, old_values) + sizeof(in.old_values)) {
-    return nullptr;
-  }
-  return static_cast<const uint8_t*>(in.old_values);
+  return HasPackedValues(in) ? static_cast<const uint8_t*>(in.old_values) : nullptr;
 }
 inline const uint8_t* PackedNewValues(const refit_encode_input_t& in) {
-  if (in.struct_size < offsetof(refit_encode_input_t, new_values) + sizeof(in.new_values)) {
-    return nullptr;
-  }
-  return static_cast<const uint8_t*>(in.new_values);
+  return HasPackedValues(in) ? static_cast<const uint8_t*>(in.new_values) : nullptr;
 }
 
 // Checks the host's decode target. Returns the byte size of the run (n_elems * elem_size).
