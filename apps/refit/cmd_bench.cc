@@ -18,12 +18,12 @@
 #include <unordered_map>
 
 #include "commands.h"
+#include "format/safetensors.h"
+#include "format/wire.h"
 #include "refit/delta.h"
 #include "refit/kernels/diff.h"
-#include "refit/pipeline.h"
-#include "refit/safetensors.h"
-#include "refit/synthetic.h"
-#include "refit/wire.h"
+#include "refit/refit.h"
+#include "synthetic/synthetic.h"
 
 namespace refit::cli {
 
@@ -140,8 +140,8 @@ Result<Workload> PairWorkload(const std::string& a, const std::string& b) {
   Workload w;
   auto slash = [](const std::string& p) { return p.substr(p.rfind('/') + 1); };
   w.name = slash(a) + " -> " + slash(b);
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> fa, SafetensorsFile::Open(a));
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> fb, SafetensorsFile::Open(b));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> fa, SafetensorsFile::Open(a));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> fb, SafetensorsFile::Open(b));
   // Copies in anonymous memory so the timings measure compute, not page faults on the files.
   for (const TensorView& t : fb->tensors()) {
     const TensorView* old = fa->Find(t.name);
@@ -331,7 +331,7 @@ Result<Analysis> Analyze(const Workload& w) {
       std::memcpy(blob.data() + at, nt.bytes() + p * elem, elem);
       at += elem;
     }
-    ASSIGN_OR_RAISE(uint64_t z1, ZstdSize(cctx.get(), blob, zout));
+    REFIT_ASSIGN_OR_RAISE(uint64_t z1, ZstdSize(cctx.get(), blob, zout));
     slime_dz += z1;
     slime_dz_s += SecondsSince(start);
 
@@ -342,7 +342,7 @@ Result<Analysis> Analyze(const Workload& w) {
     const uint8_t* ob = bt.bytes();
     const uint8_t* nb = nt.bytes();
     for (uint64_t i = 0; i < nbytes; ++i) blob[i] = ob[i] ^ nb[i];
-    ASSIGN_OR_RAISE(uint64_t z2, ZstdSize(cctx.get(), blob, zout));
+    REFIT_ASSIGN_OR_RAISE(uint64_t z2, ZstdSize(cctx.get(), blob, zout));
     slime_xor += z2;
     slime_xor_s += SecondsSince(start);
 
@@ -358,12 +358,12 @@ Result<Analysis> Analyze(const Workload& w) {
       std::memcpy(blob.data() + at, &x, elem);
       at += elem;
     }
-    RETURN_NOT_OK(nemo_feed(blob, ZSTD_e_continue));
+    REFIT_RETURN_NOT_OK(nemo_feed(blob, ZSTD_e_continue));
     nemo_s += SecondsSince(start);
   }
   blob.clear();
   auto start = Clock::now();
-  RETURN_NOT_OK(nemo_feed(blob, ZSTD_e_end));
+  REFIT_RETURN_NOT_OK(nemo_feed(blob, ZSTD_e_end));
   nemo_s += SecondsSince(start);
 
   auto entropy_bits = [](auto begin, auto end, auto count_of) {
@@ -410,11 +410,11 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
     DeltaEncodeStats stats;
     payload.clear();
     payload.shrink_to_fit();
-    ASSIGN_OR_RAISE(payload, EncodeDelta(w.base, w.next, opt, registry, config, &stats));
+    REFIT_ASSIGN_OR_RAISE(payload, EncodeDelta(w.base, w.next, opt, registry, config, &stats));
     r.encode_s = rep == 0 ? stats.seconds : std::min(r.encode_s, stats.seconds);
   }
   r.payload_bytes = payload.size();
-  ASSIGN_OR_RAISE(Payload parsed, Payload::Parse(payload.data(), payload.size(), "bench"));
+  REFIT_ASSIGN_OR_RAISE(Payload parsed, Payload::Parse(payload.data(), payload.size(), "bench"));
   for (const RecordHeader& h : parsed.records()) ++r.chosen[h.encoding];
   if (!measure_apply) return r;
   // Apply onto a fresh copy of the base (copy not timed), then check every bit.
@@ -426,7 +426,7 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
       views[i].data = work[i].data();
     }
     auto start = Clock::now();
-    ASSIGN_OR_RAISE(ApplyStats applied, ApplyDelta(payload, views, registry, config));
+    REFIT_ASSIGN_OR_RAISE(ApplyStats applied, ApplyDelta(payload, views, registry, config));
     r.apply_s = rep == 0 ? SecondsSince(start) : std::min(r.apply_s, SecondsSince(start));
     (void)applied;
   }
@@ -455,11 +455,11 @@ Status RunBenchCodec(const BenchCodecOptions& options) {
   if (options.reps < 1) return Status::Invalid("--reps must be >= 1");
   std::unique_ptr<Config> config;
   if (!options.config_path.empty()) {
-    ASSIGN_OR_RAISE(Config c, Config::FromFile(options.config_path));
+    REFIT_ASSIGN_OR_RAISE(Config c, Config::FromFile(options.config_path));
     config = std::make_unique<Config>(std::move(c));
   }
-  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
-  if (config) RETURN_NOT_OK(ValidateConfig(*config, *registry));
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
+  if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
   std::vector<std::string> encodings = options.encodings;
   if (encodings.empty()) {
     for (const ComponentInfo* c : registry->List()) {
@@ -493,9 +493,9 @@ Status RunBenchCodec(const BenchCodecOptions& options) {
   report["reps"] = options.reps;
   report["workloads"] = json::array();
   for (auto& make : makers) {
-    ASSIGN_OR_RAISE(Workload w, make());
+    REFIT_ASSIGN_OR_RAISE(Workload w, make());
     const double model = static_cast<double>(w.model_bytes());
-    ASSIGN_OR_RAISE(Analysis a, Analyze(w));
+    REFIT_ASSIGN_OR_RAISE(Analysis a, Analyze(w));
     json jw;
     jw["name"] = w.name;
     jw["tensors"] = a.tensors;
@@ -564,9 +564,9 @@ Status RunBenchCodec(const BenchCodecOptions& options) {
     std::vector<std::vector<uint8_t>> work;
     for (const std::string& e : encodings) {
       for (unsigned t : threads) {
-        ASSIGN_OR_RAISE(EncodingResult r,
-                        MeasureEncoding(w, e, t, t == threads.front(), options.reps, *registry,
-                                        config.get(), work));
+        REFIT_ASSIGN_OR_RAISE(EncodingResult r,
+                              MeasureEncoding(w, e, t, t == threads.front(), options.reps,
+                                              *registry, config.get(), work));
         const double enc_gbps = model / r.encode_s / 1e9;
         const double apply_gbps = r.apply_s > 0 ? model / r.apply_s / 1e9 : 0.0;
         std::string chosen;

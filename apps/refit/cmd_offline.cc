@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "commands.h"
-#include "refit/pipeline.h"
-#include "refit/safetensors.h"
-#include "refit/wire.h"
+#include "format/safetensors.h"
+#include "format/wire.h"
+#include "refit/refit.h"
 
 namespace refit::cli {
 
@@ -19,10 +19,14 @@ Result<uint64_t> ParseCount(const std::string& text) {
   double value = std::strtod(text.c_str(), &end);
   std::string suffix(end);
   double scale = 1;
-  if (suffix == "k" || suffix == "K") scale = 1e3;
-  else if (suffix == "M" || suffix == "m") scale = 1e6;
-  else if (suffix == "G" || suffix == "g" || suffix == "B") scale = 1e9;
-  else if (!suffix.empty()) return Status::Invalid("count '" + text + "': unknown suffix '" + suffix + "'");
+  if (suffix == "k" || suffix == "K")
+    scale = 1e3;
+  else if (suffix == "M" || suffix == "m")
+    scale = 1e6;
+  else if (suffix == "G" || suffix == "g" || suffix == "B")
+    scale = 1e9;
+  else if (!suffix.empty())
+    return Status::Invalid("count '" + text + "': unknown suffix '" + suffix + "'");
   if (end == text.c_str() || !(value > 0) || value * scale > 1e13) {
     return Status::Invalid("count '" + text + "' must be a positive number like 100M");
   }
@@ -44,10 +48,14 @@ std::string HumanBytes(uint64_t bytes) {
 
 std::string HumanCount(uint64_t n) {
   char buf[32];
-  if (n >= 1000000000) std::snprintf(buf, sizeof(buf), "%.2fG", n / 1e9);
-  else if (n >= 1000000) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
-  else if (n >= 1000) std::snprintf(buf, sizeof(buf), "%.1fk", n / 1e3);
-  else std::snprintf(buf, sizeof(buf), "%" PRIu64, n);
+  if (n >= 1000000000)
+    std::snprintf(buf, sizeof(buf), "%.2fG", n / 1e9);
+  else if (n >= 1000000)
+    std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1000)
+    std::snprintf(buf, sizeof(buf), "%.1fk", n / 1e3);
+  else
+    std::snprintf(buf, sizeof(buf), "%" PRIu64, n);
   return buf;
 }
 
@@ -55,7 +63,7 @@ namespace {
 
 Result<std::unique_ptr<Config>> LoadOptionalConfig(const std::string& path) {
   if (path.empty()) return std::unique_ptr<Config>();
-  ASSIGN_OR_RAISE(Config config, Config::FromFile(path));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(path));
   return std::make_unique<Config>(std::move(config));
 }
 
@@ -63,12 +71,13 @@ Result<std::unique_ptr<Config>> LoadOptionalConfig(const std::string& path) {
 
 Status RunDiff(const std::string& base, const std::string& next, const std::string& out,
                const std::string& encoding, const std::string& config_path) {
-  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
-  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
-  if (config) RETURN_NOT_OK(ValidateConfig(*config, *registry));
-  ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *registry, config.get()));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
+  if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
+  REFIT_ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *registry, config.get()));
   double density = s.total_elements ? 100.0 * s.changed_elements / s.total_elements : 0;
-  std::printf("%s: %" PRIu64 " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
+  std::printf("%s: %" PRIu64
+              " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
               "%" PRIu64 " records\n",
               out.c_str(), s.tensors, HumanCount(s.changed_elements).c_str(),
               HumanCount(s.total_elements).c_str(), density, HumanBytes(s.delta_bytes).c_str(),
@@ -78,10 +87,10 @@ Status RunDiff(const std::string& base, const std::string& next, const std::stri
 
 Status RunApply(const std::string& base, const std::string& delta, const std::string& out,
                 const std::string& config_path) {
-  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
-  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
-  if (config) RETURN_NOT_OK(ValidateConfig(*config, *registry));
-  ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *registry, config.get()));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
+  if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
+  REFIT_ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *registry, config.get()));
   std::printf("%s: applied %" PRIu64 " records (%s changed elements), digests verified\n",
               out.c_str(), s.records, HumanCount(s.changed_elements).c_str());
   return Status::OK();
@@ -98,21 +107,22 @@ Status RunInspect(const std::string& path, bool records) {
     std::string text = ss.str();
     const auto* data = reinterpret_cast<const uint8_t*>(text.data());
     if (text.find(kManifestFormat) != std::string::npos) {
-      ASSIGN_OR_RAISE(Manifest m, ParseManifest(data, text.size(), path));
-      std::printf("%s: manifest of version %" PRIu64 " (%s), rank %d/%d, %zu payloads, %s, "
+      REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(data, text.size(), path));
+      std::printf("%s: manifest of version %" PRIu64
+                  " (%s), rank %d/%d, %zu payloads, %s, "
                   "%s of %s elements changed\n",
                   path.c_str(), m.version, m.full ? "full" : "delta", m.rank, m.world,
                   m.payloads.size(), HumanBytes(m.payload_bytes).c_str(),
                   HumanCount(m.changed_elements).c_str(), HumanCount(m.total_elements).c_str());
       return Status::OK();
     }
-    ASSIGN_OR_RAISE(Commit c, ParseCommit(data, text.size(), path));
+    REFIT_ASSIGN_OR_RAISE(Commit c, ParseCommit(data, text.size(), path));
     std::printf("%s: commit of version %" PRIu64 " (%s), world %d\n", path.c_str(), c.version,
                 c.full ? "full" : "delta", c.world);
     return Status::OK();
   }
   probe.close();
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
   auto fmt = file->metadata().find("refit.format");
   if (fmt == file->metadata().end()) {
     uint64_t elements = 0, bytes = 0;
@@ -130,8 +140,9 @@ Status RunInspect(const std::string& path, bool records) {
   }
   // Delta or payload: reparse the same bytes as a payload (validates every record).
   std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSIGN_OR_RAISE(Payload p, Payload::Parse(bytes.data(), bytes.size(), path));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  REFIT_ASSIGN_OR_RAISE(Payload p, Payload::Parse(bytes.data(), bytes.size(), path));
   uint64_t changed = 0;
   for (const RecordHeader& r : p.records()) changed += r.changed;
   std::printf("%s: %s, %zu records, %s changed elements, %s\n", path.c_str(), fmt->second.c_str(),
@@ -143,13 +154,12 @@ Status RunInspect(const std::string& path, bool records) {
   if (records) {
     for (size_t i = 0; i < p.records().size(); ++i) {
       const RecordHeader& r = p.records()[i];
-      std::printf("  [%zu] %s %s%s box+%s%s %s/%s changed=%" PRIu64 " bytes=%" PRIu64
-                  " digest=%s\n",
-                  i, r.tensor.c_str(), std::string(NameOf(r.dtype)).c_str(),
-                  ShapeToString(r.shape).c_str(), ShapeToString(r.box_offset).c_str(),
-                  ShapeToString(r.box_extent).c_str(), r.encoding.c_str(),
-                  r.op == REFIT_OP_OVERWRITE ? "overwrite" : "xor", r.changed,
-                  r.data_end - r.data_begin, HexDigest(r.digest).c_str());
+      std::printf(
+          "  [%zu] %s %s%s box+%s%s %s/%s changed=%" PRIu64 " bytes=%" PRIu64 " digest=%s\n", i,
+          r.tensor.c_str(), std::string(NameOf(r.dtype)).c_str(), ShapeToString(r.shape).c_str(),
+          ShapeToString(r.box_offset).c_str(), ShapeToString(r.box_extent).c_str(),
+          r.encoding.c_str(), r.op == REFIT_OP_OVERWRITE ? "overwrite" : "xor", r.changed,
+          r.data_end - r.data_begin, HexDigest(r.digest).c_str());
     }
   }
   return Status::OK();
@@ -168,8 +178,8 @@ void PrintKeys(const char* kind, const std::string& name, const std::vector<Conf
 }  // namespace
 
 Status RunPlugins(const std::string& config_path) {
-  ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
-  ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, MakeRegistry(config.get()));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
   std::printf("%-10s %-16s %-10s %-24s %s\n", "kind", "name", "version", "origin", "description");
   for (const ComponentInfo* c : registry->List()) {
     std::printf("%-10s %-16s %-10s %-24s %s\n", KindName(c->kind), c->name.c_str(),

@@ -9,14 +9,17 @@ namespace refit::cli {
 
 std::vector<ConfigKeySpec> PlanConfigSpecs() {
   return {
-      {"scenarios.*.path", REFIT_CFG_STRING, "", "\"nccl\" (gather to one node, broadcast) or \"disk\""},
-      {"scenarios.*.level", REFIT_CFG_STRING, "", "\"pp\" (across pipeline nodes) or \"tp\" (inside a node)"},
+      {"scenarios.*.path", REFIT_CFG_STRING, "",
+       "\"nccl\" (gather to one node, broadcast) or \"disk\""},
+      {"scenarios.*.level", REFIT_CFG_STRING, "",
+       "\"pp\" (across pipeline nodes) or \"tp\" (inside a node)"},
       {"scenarios.*.weights_gb", REFIT_CFG_DOUBLE, "", "GB of weights the gather would move"},
       {"scenarios.*.density", REFIT_CFG_DOUBLE, "", "changed fraction per sync (0..1]"},
       {"scenarios.*.gather_gbps", REFIT_CFG_DOUBLE, "", "bandwidth of that gather (GB/s)"},
       {"scenarios.*.transfer_gbps", REFIT_CFG_DOUBLE, "",
        "bandwidth of the delta transfer after it: network or storage write (GB/s)"},
-      {"scenarios.*.node_ram_gb", REFIT_CFG_DOUBLE, "0", "host RAM of the gathering node (0: unknown)"},
+      {"scenarios.*.node_ram_gb", REFIT_CFG_DOUBLE, "0",
+       "host RAM of the gathering node (0: unknown)"},
   };
 }
 
@@ -48,13 +51,15 @@ std::string PlanScenario::Verdict(std::string* why) const {
     *why = "the full local gather and the delta transfer are balanced";
     return "not required";
   }
-  *why = "the delta transfer (" + Seconds(delta) + " s) dominates; a faster gather would save at "
-         "most " + Seconds(gather - delta_gather_s()) + " s";
+  *why = "the delta transfer (" + Seconds(delta) +
+         " s) dominates; a faster gather would save at "
+         "most " +
+         Seconds(gather - delta_gather_s()) + " s";
   return "not required";
 }
 
 Result<std::vector<PlanScenario>> LoadPlan(const Config& config) {
-  RETURN_NOT_OK(config.Validate(PlanConfigSpecs()));
+  REFIT_RETURN_NOT_OK(config.Validate(PlanConfigSpecs()));
   std::set<std::string> names;
   for (const auto& [key, value] : config.values()) {
     size_t first = key.find('.');
@@ -70,8 +75,8 @@ Result<std::vector<PlanScenario>> LoadPlan(const Config& config) {
     const std::string p = "scenarios." + name + ".";
     PlanScenario s;
     s.name = name;
-    ASSIGN_OR_RAISE(s.path, config.RequireString(p + "path"));
-    ASSIGN_OR_RAISE(s.level, config.RequireString(p + "level"));
+    REFIT_ASSIGN_OR_RAISE(s.path, config.RequireString(p + "path"));
+    REFIT_ASSIGN_OR_RAISE(s.level, config.RequireString(p + "level"));
     if (s.path != "nccl" && s.path != "disk") {
       return Status::Invalid(config.Where(p + "path") + ": path must be \"nccl\" or \"disk\"");
     }
@@ -85,21 +90,21 @@ Result<std::vector<PlanScenario>> LoadPlan(const Config& config) {
       if (!config.Has(p + key)) {
         return Status::Invalid(config.label() + ": scenario '" + name + "' needs '" + key + "'");
       }
-      ASSIGN_OR_RAISE(*dst, config.GetDouble(p + key, 0));
+      REFIT_ASSIGN_OR_RAISE(*dst, config.GetDouble(p + key, 0));
       if (!(*dst > 0) || (std::string(key) == "density" && *dst > 1)) {
         return Status::Invalid(config.Where(p + key) + ": '" + p + key + "' must be " +
                                (std::string(key) == "density" ? "in (0, 1]" : "positive"));
       }
     }
-    ASSIGN_OR_RAISE(s.node_ram_gb, config.GetDouble(p + "node_ram_gb", 0));
+    REFIT_ASSIGN_OR_RAISE(s.node_ram_gb, config.GetDouble(p + "node_ram_gb", 0));
     out.push_back(s);
   }
   return out;
 }
 
 Status RunPlan(const std::string& config_path) {
-  ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
-  ASSIGN_OR_RAISE(std::vector<PlanScenario> plan, LoadPlan(config));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::vector<PlanScenario> plan, LoadPlan(config));
   // verdicts[path][level]
   std::map<std::string, std::map<std::string, std::set<std::string>>> verdicts;
   for (const PlanScenario& s : plan) {
@@ -110,9 +115,10 @@ Status RunPlan(const std::string& config_path) {
     const char* level = s.level == "pp" ? "PP" : "TP";
     std::printf("%s: %s path, %s level, %g GB at density %g%%\n", s.name.c_str(), path, level,
                 s.weights_gb, 100 * s.density);
-    std::printf("  full gather %s s vs delta transfer %s s (full transfer %s s, delta gather %s s)\n",
-                Seconds(s.full_gather_s()).c_str(), Seconds(s.delta_transfer_s()).c_str(),
-                Seconds(s.full_transfer_s()).c_str(), Seconds(s.delta_gather_s()).c_str());
+    std::printf(
+        "  full gather %s s vs delta transfer %s s (full transfer %s s, delta gather %s s)\n",
+        Seconds(s.full_gather_s()).c_str(), Seconds(s.delta_transfer_s()).c_str(),
+        Seconds(s.full_transfer_s()).c_str(), Seconds(s.delta_gather_s()).c_str());
     std::printf("  -> %s-level sharded diff %s: %s\n", level, verdict.c_str(), why.c_str());
     if (s.node_ram_gb > 0 && 2 * s.weights_gb > s.node_ram_gb) {
       std::printf("  -> a full gather needs %s GB on one node, more than its %s GB of RAM\n",

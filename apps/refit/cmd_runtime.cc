@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "commands.h"
-#include "refit/pipeline.h"
-#include "refit/safetensors.h"
-#include "refit/synthetic.h"
+#include "format/safetensors.h"
+#include "refit/refit.h"
+#include "synthetic/synthetic.h"
 
 namespace refit::cli {
 
@@ -56,18 +56,19 @@ uint64_t PeakResidentBytes() {
 }  // namespace
 
 Status RunSend(const SendOptions& o) {
-  ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
   std::string weights_path = o.weights;
   if (weights_path.empty()) {
-    ASSIGN_OR_RAISE(weights_path, config.GetString("sender.weights", ""));
+    REFIT_ASSIGN_OR_RAISE(weights_path, config.GetString("sender.weights", ""));
     if (weights_path.empty()) {
       return Status::Invalid("no weights: pass --weights FILE or set sender.weights in " +
                              o.config_path);
     }
   }
-  ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights, SafetensorsFile::Open(weights_path));
-  ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
+                        SafetensorsFile::Open(weights_path));
+  REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
   // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
   if (s.adopted_commit) {
     std::printf("recovered: version %" PRIu64 " was committed by an earlier attempt; adopted\n",
@@ -91,8 +92,8 @@ Status RunSend(const SendOptions& o) {
               s.model_bytes ? static_cast<double>(s.payload_bytes) / s.model_bytes : 0.0,
               s.payloads, s.total_seconds);
   if (o.wait) {
-    ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
-    RETURN_NOT_OK(sender->WaitAndAdvance(timeout));
+    REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
+    REFIT_RETURN_NOT_OK(sender->WaitAndAdvance(timeout));
     std::printf("version %" PRIu64 " acknowledged by %zu receivers; baseline advanced\n",
                 sender->baseline_version(), sender->acks().size());
   }
@@ -102,9 +103,9 @@ Status RunSend(const SendOptions& o) {
 }
 
 Status RunRecv(const RecvOptions& o) {
-  ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
-  ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
-  ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
+  REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
   const double start = Now();
   bool mismatch_reported = false;
   std::string last_error;
@@ -213,18 +214,19 @@ Status RunDemo(const DemoOptions& o) {
   } cleanup{dir, temporary};
 
   const std::string config_path = dir + "/demo.toml";
-  RETURN_NOT_OK(WriteText(config_path,
-                          "# written by `refit demo`: sender and receiver over the disk transport\n"
-                          "[sender]\nstate_dir = \"" +
-                              dir + "/sender\"\nencoding = \"" + o.encoding +
-                              "\"\nreceivers = [\"r0\"]\nack_timeout_s = 600\n\n"
-                              "[receiver]\nid = \"r0\"\nstate_dir = \"" +
-                              dir +
-                              "/receiver\"\n\n"
-                              "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
-                              dir + "/sync\"\n"));
-  ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
-  ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
+  REFIT_RETURN_NOT_OK(
+      WriteText(config_path,
+                "# written by `refit demo`: sender and receiver over the disk transport\n"
+                "[sender]\nstate_dir = \"" +
+                    dir + "/sender\"\nencoding = \"" + o.encoding +
+                    "\"\nreceivers = [\"r0\"]\nack_timeout_s = 600\n\n"
+                    "[receiver]\nid = \"r0\"\nstate_dir = \"" +
+                    dir +
+                    "/receiver\"\n\n"
+                    "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+                    dir + "/sync\"\n"));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
 
   std::printf("refit demo: building a synthetic model of ~%s parameters (bf16)...\n",
               HumanCount(o.params).c_str());
@@ -254,7 +256,7 @@ Status RunDemo(const DemoOptions& o) {
               "changed", "payload", "vs dense", "encode s", "send s", "apply s");
   for (int v = 1; v <= o.syncs; ++v) {
     if (v > 1) model.Step(o.lr);
-    ASSIGN_OR_RAISE(SyncStats s, sender->Publish(model.bf16()));
+    REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(model.bf16()));
     // Wait for the receiver's ack, but notice at once if the receiver process died.
     while (true) {
       Status st = sender->WaitAndAdvance(0.5);
@@ -273,12 +275,12 @@ Status RunDemo(const DemoOptions& o) {
                 s.diff_seconds + s.encode_seconds, s.send_seconds, apply);
     std::fflush(stdout);
   }
-  ASSIGN_OR_RAISE(int rc, receiver.Wait());
+  REFIT_ASSIGN_OR_RAISE(int rc, receiver.Wait());
   if (rc != 0) return Status::Internal("receiver process exited with status " + std::to_string(rc));
 
   // Bit-exact: the receiver's file against the sender's in-memory bits, byte for byte.
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> received,
-                  SafetensorsFile::Open(dir + "/receiver/model.safetensors"));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> received,
+                        SafetensorsFile::Open(dir + "/receiver/model.safetensors"));
   uint64_t mismatched = 0;
   for (const TensorView& t : model.bf16()) {
     const TensorView* r = received->Find(t.name);

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "commands.h"
-#include "refit/box.h"
+#include "common/box.h"
+#include "format/safetensors.h"
 #include "refit/config.h"
 #include "refit/registry.h"
-#include "refit/safetensors.h"
 
 namespace refit::cli {
 
@@ -116,7 +116,7 @@ bool Declares(const ComponentInfo& info, const std::string& key) {
 Result<int64_t> ParallelSize(const Config& config, const std::string& section,
                              const std::string& key, int flag) {
   const std::string full = section + "." + key;
-  ASSIGN_OR_RAISE(int64_t from_config, config.GetInt(full, 0));
+  REFIT_ASSIGN_OR_RAISE(int64_t from_config, config.GetInt(full, 0));
   if (flag > 0 && from_config > 0 && flag != from_config) {
     return Status::Invalid("--" + key + " " + std::to_string(flag) + " contradicts " + full +
                            " = " + std::to_string(from_config) + " (" + config.Where(full) + ")");
@@ -131,7 +131,7 @@ Result<int64_t> ParallelSize(const Config& config, const std::string& section,
 Status FillLocal(const SafetensorsFile& canonical, const TensorSpec& local,
                  const std::vector<SliceMap>& slices, std::vector<uint8_t>* out) {
   const uint32_t elem = SizeOf(local.dtype);
-  ASSIGN_OR_RAISE(uint64_t n, NumElements(local.shape));
+  REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(local.shape));
   out->assign(n * elem, 0);
   std::vector<uint8_t> box_bits;
   for (const SliceMap& s : slices) {
@@ -190,7 +190,7 @@ Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
                   const std::string& path) {
   std::vector<TensorView> views;
   for (const TensorSpec& t : locals) views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr});
-  ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
+  REFIT_ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));
@@ -232,12 +232,13 @@ Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
 }  // namespace
 
 Status RunShard(const ShardOptions& options) {
-  ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(options.input));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> file,
+                        SafetensorsFile::Open(options.input));
   Config config;
   if (!options.config_path.empty()) {
-    ASSIGN_OR_RAISE(config, Config::FromFile(options.config_path));
+    REFIT_ASSIGN_OR_RAISE(config, Config::FromFile(options.config_path));
   }
-  ASSIGN_OR_RAISE(std::unique_ptr<Registry> registry, LoadRegistry(&config));
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(&config));
   const ComponentInfo* info = registry->Find(REFIT_KIND_LAYOUT, options.layout);
   if (info == nullptr) {
     std::string known;
@@ -254,7 +255,7 @@ Status RunShard(const ShardOptions& options) {
   const int size_flags[3] = {options.tp, options.pp, options.ep};
   for (int i = 0; i < 3; ++i) {
     if (Declares(*info, size_keys[i])) {
-      ASSIGN_OR_RAISE(sizes[i], ParallelSize(config, section, size_keys[i], size_flags[i]));
+      REFIT_ASSIGN_OR_RAISE(sizes[i], ParallelSize(config, section, size_keys[i], size_flags[i]));
       config.SetInt(section + "." + size_keys[i], sizes[i]);
     } else if (size_flags[i] > 1) {
       return Status::Invalid("layout '" + options.layout + "' has no " + size_keys[i] +
@@ -277,7 +278,7 @@ Status RunShard(const ShardOptions& options) {
     return Status::Invalid("world size " + std::to_string(world) + " is too large");
 
   // The model description: what the config leaves unset is read off the checkpoint.
-  ASSIGN_OR_RAISE(auto inferred, InferModel(*file, options));
+  REFIT_ASSIGN_OR_RAISE(auto inferred, InferModel(*file, options));
   for (const auto& [key, value] : inferred) {
     const std::string full = section + "." + key;
     if (!Declares(*info, key) || config.Has(full)) continue;
@@ -312,18 +313,18 @@ Status RunShard(const ShardOptions& options) {
   // below rather than kept: mapping is cheap, and all ranks' slices can be large.)
   std::set<std::string> held;
   for (int64_t r = 0; r < world; ++r) {
-    ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout,
-                    registry->CreateLayout(options.layout, static_cast<int>(r),
-                                           static_cast<int>(world), &config, section));
+    REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout,
+                          registry->CreateLayout(options.layout, static_cast<int>(r),
+                                                 static_cast<int>(world), &config, section));
     Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
     if (!locals.ok()) return locals.status().WithContext(options.input);
     for (const TensorSpec& t : locals.value()) {
-      ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
+      REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
       for (const SliceMap& s : slices) held.insert(s.canonical_name);
     }
   }
   for (const TensorSpec& t : canonical) {
-    ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+    REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
     if (n > 0 && held.count(t.name) == 0) {
       return Status::Invalid(options.input + ": tensor '" + t.name + "' is held by no rank of " +
                              "layout '" + options.layout + "'");
@@ -333,7 +334,7 @@ Status RunShard(const ShardOptions& options) {
   const std::string source = fs::path(options.input).filename().string();
   for (int64_t r = 0; r < world; ++r) {
     const int rank = static_cast<int>(r);
-    ASSIGN_OR_RAISE(
+    REFIT_ASSIGN_OR_RAISE(
         std::unique_ptr<Layout> layout,
         registry->CreateLayout(options.layout, rank, static_cast<int>(world), &config, section));
     Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
@@ -353,10 +354,10 @@ Status RunShard(const ShardOptions& options) {
       metadata["refit.ep_rank"] = std::to_string(e);
     }
     const std::string path = (fs::path(options.out_dir) / (name + ".safetensors")).string();
-    RETURN_NOT_OK(WriteShard(*file, *layout, locals.value(), metadata, path));
+    REFIT_RETURN_NOT_OK(WriteShard(*file, *layout, locals.value(), metadata, path));
     uint64_t bytes = 0;
     for (const TensorSpec& t : locals.value()) {
-      ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+      REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
       bytes += n * SizeOf(t.dtype);
     }
     std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),

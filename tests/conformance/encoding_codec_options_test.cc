@@ -15,7 +15,7 @@
 namespace refit {
 namespace {
 
-std::unique_ptr<Registry> Load() {
+std::shared_ptr<Registry> Load() {
   auto registry = Registry::WithBuiltins();
   EXPECT_TRUE(registry.ok());
   EXPECT_TRUE((*registry)->LoadDirectory(REFIT_BUILD_PLUGIN_DIR).ok());
@@ -24,7 +24,7 @@ std::unique_ptr<Registry> Load() {
 
 Result<std::unique_ptr<Encoding>> Make(const Registry& registry, const std::string& name,
                                        const std::string& toml) {
-  ASSIGN_OR_RAISE(Config config, Config::FromString(toml, "test.toml"));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromString(toml, "test.toml"));
   return registry.CreateEncoding(name, &config, "encoding." + name);
 }
 
@@ -65,7 +65,7 @@ uint64_t RoundTrip(const Encoding& enc) {
 }
 
 TEST(EncodingCodecOptions, EveryCodecAndLevelRoundTrips) {
-  std::unique_ptr<Registry> registry = Load();
+  std::shared_ptr<Registry> registry = Load();
   for (const std::string name : {"deltas_zstd", "xor"}) {
     std::vector<std::string> configs = {"", "codec = \"zstd\"\nlevel = 3\n",
                                         "codec = \"zstd\"\nlevel = -5\n", "codec = \"lz4\"\n"};
@@ -79,7 +79,7 @@ TEST(EncodingCodecOptions, EveryCodecAndLevelRoundTrips) {
 }
 
 TEST(EncodingCodecOptions, CompressedIsSmallerThanDeltas) {
-  std::unique_ptr<Registry> registry = Load();
+  std::shared_ptr<Registry> registry = Load();
   auto deltas = registry->CreateEncoding("deltas");
   auto zstd = registry->CreateEncoding("deltas_zstd");
   auto xor_enc = registry->CreateEncoding("xor");
@@ -91,7 +91,7 @@ TEST(EncodingCodecOptions, CompressedIsSmallerThanDeltas) {
 }
 
 TEST(EncodingCodecOptions, BadValuesAreRefusedNamingTheKey) {
-  std::unique_ptr<Registry> registry = Load();
+  std::shared_ptr<Registry> registry = Load();
   for (const std::string name : {"deltas_zstd", "xor"}) {
     for (const std::string body : {"codec = \"brotli\"\n", "level = 99\n", "level = 0\n",
                                    "codec = \"lz4\"\nlevel = 9\n", "level = \"fast\"\n"}) {

@@ -40,16 +40,17 @@ constexpr uint64_t kSampledBytes = 256;
 constexpr size_t kGuardBytes = 512;
 constexpr uint8_t kGuardByte = 0xA5;
 
-Result<std::unique_ptr<Registry>> LoadRegistry() {
-  ASSIGN_OR_RAISE(std::unique_ptr<Registry> registry, Registry::WithBuiltins());
-  RETURN_NOT_OK(registry->LoadDirectory(REFIT_BUILD_PLUGIN_DIR));
+Result<std::shared_ptr<Registry>> LoadRegistry() {
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, Registry::WithBuiltins());
+  REFIT_RETURN_NOT_OK(registry->LoadDirectory(REFIT_BUILD_PLUGIN_DIR));
   // Out-of-tree encodings join the suite through REFIT_PLUGIN_PATH (dir[:dir...]). Loading a
   // library twice is a no-op, so the build dir appearing here too is fine.
   if (const char* path = std::getenv("REFIT_PLUGIN_PATH"); path != nullptr) {
     std::string dirs(path);
     for (size_t start = 0; start <= dirs.size();) {
       size_t end = std::min(dirs.find(':', start), dirs.size());
-      if (end > start) RETURN_NOT_OK(registry->LoadDirectory(dirs.substr(start, end - start)));
+      if (end > start)
+        REFIT_RETURN_NOT_OK(registry->LoadDirectory(dirs.substr(start, end - start)));
       start = end + 1;
     }
   }
@@ -304,7 +305,7 @@ class EncodingConformanceTest : public ::testing::TestWithParam<std::tuple<std::
     return out;
   }
 
-  std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Registry> registry_;
   std::unique_ptr<Encoding> encoding_;
   DType dtype_ = DType::kU8;
   uint32_t es_ = 1;

@@ -58,10 +58,10 @@ const std::map<std::string, TransportSetup>& Setups() {
 }
 
 // The builtins, the build's .so plugins and out-of-tree ones named by REFIT_PLUGIN_PATH.
-Result<std::unique_ptr<Registry>> LoadTestRegistry() {
-  ASSIGN_OR_RAISE(std::unique_ptr<Registry> registry, Registry::WithBuiltins());
-  RETURN_NOT_OK(registry->LoadDirectory(REFIT_BUILD_PLUGIN_DIR));
-  RETURN_NOT_OK(LoadPluginsFromEnv(*registry));
+Result<std::shared_ptr<Registry>> LoadTestRegistry() {
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, Registry::WithBuiltins());
+  REFIT_RETURN_NOT_OK(registry->LoadDirectory(REFIT_BUILD_PLUGIN_DIR));
+  REFIT_RETURN_NOT_OK(LoadPluginsFromEnv(*registry));
   return registry;
 }
 
@@ -147,7 +147,7 @@ class TransportConformanceTest : public ::testing::TestWithParam<std::string> {
     return listed.ok() ? listed.value() : Listing{};
   }
 
-  std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Registry> registry_;
   const TransportSetup* setup_ = nullptr;
   fs::path scratch_;
   Config config_;

@@ -9,10 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "config_internal.h"
+#include "common/text_util.h"
+#include "config/config_internal.h"
 #include "fuzz_check.h"
 #include "refit/config.h"
-#include "text_util.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "format/wire.h"
 #include "fuzz_check.h"
-#include "refit/wire.h"
 
 namespace {
 

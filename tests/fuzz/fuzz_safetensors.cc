@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "format/safetensors.h"
 #include "fuzz_check.h"
-#include "refit/safetensors.h"
 
 namespace {
 

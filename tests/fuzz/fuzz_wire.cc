@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include "format/wire.h"
 #include "fuzz_check.h"
-#include "refit/wire.h"
 
 namespace {
 

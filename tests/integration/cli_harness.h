@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "refit/safetensors.h"
+#include "format/safetensors.h"
 
 namespace refit::testing {
 
@@ -144,7 +144,8 @@ struct Checkpoint {
     add("scalar", DType::kF32, {});
     add("empty", DType::kBF16, {0, 4});
     // Adversarial bit patterns at the start of every tensor (NaN payloads, +-0, inf, subnormal).
-    const uint16_t half_patterns[] = {0x7FC1, 0xFFC3, 0x7F81, 0x0000, 0x8000, 0x7F80, 0xFF80, 0x0001};
+    const uint16_t half_patterns[] = {0x7FC1, 0xFFC3, 0x7F81, 0x0000,
+                                      0x8000, 0x7F80, 0xFF80, 0x0001};
     for (Tensor& t : c.tensors) {
       if (SizeOf(t.dtype) == 2) {
         for (size_t i = 0; i < 8 && 2 * i + 1 < t.bytes.size(); ++i) {

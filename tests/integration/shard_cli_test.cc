@@ -64,7 +64,7 @@ TEST(ShardCli, MegatronTp2Pp2) {
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(LineCount(r.out), 5) << r.out;  // one line per file and a summary
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   std::vector<RankShards> ranks = ShardAll(
       *registry, "megatron", 4, LayoutConfig("megatron", m.Toml() + "tp = 2\npp = 2\n"), canonical);
@@ -106,7 +106,7 @@ TEST(ShardCli, MegatronExpertParallelNamesEpFiles) {
                      "2", "-o", dir / "out"},
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   std::vector<RankShards> ranks = ShardAll(
       *registry, "megatron", 4, LayoutConfig("megatron", m.Toml() + "tp = 2\nep = 2\n"), canonical);
@@ -123,7 +123,7 @@ TEST(ShardCli, FsdpAndVllm) {
   m.vocab = 130;
   std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
   ASSERT_TRUE(WriteSafetensors(dir / "hf.safetensors", Views(canonical)).ok());
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
 
   auto r = RunRefit(
@@ -158,7 +158,7 @@ TEST(ShardCli, ModelDescriptionFromAConfigFile) {
                      dir / "model.toml", "-o", dir / "out"},
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ExpectShardFiles(
       dir / "out",

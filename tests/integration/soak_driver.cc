@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "cli_harness.h"
-#include "refit/pipeline.h"
-#include "refit/safetensors.h"
-#include "refit/synthetic.h"
+#include "format/safetensors.h"
+#include "refit/refit.h"
+#include "synthetic/synthetic.h"
 
 namespace refit::soak {
 namespace {

@@ -495,7 +495,7 @@ TEST(LoadPlugins, LoadRegistryCombinesBuiltinsEnvAndConfig) {
   Result<Config> config = Config::FromFile(cfg);
   ASSERT_TRUE(config.ok());
   ASSERT_EQ(setenv("REFIT_PLUGIN_PATH", (dir.path() / "env").c_str(), 1), 0);
-  Result<std::unique_ptr<Registry>> registry = LoadRegistry(&*config);
+  Result<std::shared_ptr<Registry>> registry = LoadRegistry(&*config);
   unsetenv("REFIT_PLUGIN_PATH");
   ASSERT_TRUE(registry.ok()) << registry.status().message();
   EXPECT_EQ((*registry)->Find(REFIT_KIND_LAYOUT, "hf")->origin, "builtin");

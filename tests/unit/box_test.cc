@@ -1,4 +1,4 @@
-#include "refit/box.h"
+#include "common/box.h"
 
 #include <gtest/gtest.h>
 

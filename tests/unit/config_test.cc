@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../../framework/src/config_internal.h"
+#include "config/config_internal.h"
 
 namespace refit {
 namespace {

@@ -18,7 +18,7 @@
 #include "refit/kernels/diff.h"
 #include "refit/kernels/dispatch.h"
 #include "refit/sdk/encoding_util.hpp"
-#include "refit/synthetic.h"
+#include "synthetic/synthetic.h"
 
 namespace refit {
 namespace {

@@ -5,15 +5,15 @@
 #include <algorithm>
 
 #include "delta_test_util.h"
+#include "format/wire.h"
 #include "refit/delta.h"
-#include "refit/pipeline.h"
-#include "refit/wire.h"
+#include "refit/refit.h"
 
 namespace refit {
 namespace {
 
 std::shared_ptr<Registry> TestRegistry() {
-  auto r = MakeRegistry(nullptr);
+  auto r = LoadRegistry(nullptr);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.value();
 }

@@ -63,7 +63,7 @@ class DiskTransportTest : public ::testing::Test {
 
   refit::testing::ScopedTempDir temp_{"refit-disk-test"};
   fs::path root_ = temp_.path();
-  std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Registry> registry_;
 };
 
 TEST_F(DiskTransportTest, MissingDirKeyIsAnErrorNamingTheKey) {

@@ -1,6 +1,7 @@
-// The [faults] transport decorator (framework/src/faults.h): each fault kind does what it says,
-// decisions are reproducible from the seed, and the verified put/get helpers see through them.
-#include "../../framework/src/faults.h"
+// The [faults] transport decorator (framework/src/faults/faults.h): each fault kind does what it
+// says, decisions are reproducible from the seed, and the verified put/get helpers see through
+// them.
+#include "faults/faults.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "protocol/verified_io.h"
 #include "refit/config.h"
 #include "refit/kernels/diff.h"
-#include "refit/pipeline.h"
+#include "refit/refit.h"
 #include "refit/registry.h"
 #include "temp_dir_util.h"
 
@@ -59,7 +61,7 @@ class FaultTransportTest : public ::testing::Test {
 
   refit::testing::ScopedTempDir temp_{"refit-faults-test"};
   std::string root_ = temp_.path().string();
-  std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Registry> registry_;
 };
 
 TEST_F(FaultTransportTest, NoFaultsPassesEverythingThrough) {

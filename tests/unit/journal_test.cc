@@ -1,6 +1,6 @@
 // The receiver's apply journal: entries survive a reopen, a torn tail is dropped, another
 // version's journal is discarded, replay is idempotent and checks what it writes.
-#include "../../framework/src/journal.h"
+#include "receive/journal.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

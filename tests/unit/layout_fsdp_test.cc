@@ -41,7 +41,7 @@ class FsdpLayoutTest : public ::testing::Test {
   std::vector<CanonicalTensor> canonical_;
   std::string path_;
   Config config_;
-  std::unique_ptr<Registry> registry_;
+  std::shared_ptr<Registry> registry_;
 };
 
 TEST_F(FsdpLayoutTest, FourRanksCoverEveryElementOnce) {
@@ -87,7 +87,7 @@ TEST_F(FsdpLayoutTest, MapTensorNeedsTheCanonicalShapes) {
 }
 
 TEST(FsdpLayout, ShapesFromMustBeASafetensorsFile) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   const std::string path = ::testing::TempDir() + "refit_fsdp_bad_" + std::to_string(::getpid());
   std::ofstream(path, std::ios::binary) << std::string("\x08\0\0\0\0\0\0\0{\"a\":[1]", 16);

@@ -13,7 +13,7 @@ namespace refit::testing {
 namespace {
 
 TEST(LayoutListLocal, HfListsTheCanonicalTensors) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   auto layout = registry->CreateLayout("hf", 1, 2);
   ASSERT_TRUE(layout.ok()) << layout.status().message();

@@ -105,7 +105,7 @@ std::map<std::string, std::vector<uint8_t>> ExpectedMegatronRank(
 }
 
 void CheckMegatron(const ModelDesc& m, const Parallel& par) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
   const int world = static_cast<int>(par.tp * par.pp * par.ep);
@@ -172,7 +172,7 @@ TEST(MegatronLayout, Ep2Pp2WithExperts) {
 }
 
 TEST(MegatronLayout, RejectsWhatMegatronCannotShard) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   m.heads = 8;
@@ -192,7 +192,7 @@ TEST(MegatronLayout, RejectsWhatMegatronCannotShard) {
 }
 
 TEST(MegatronLayout, ListLocalNamesTheTensorAtFault) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   Config config = MegatronConfig(m, {1, 1, 1});
@@ -223,7 +223,7 @@ TEST(MegatronLayout, ListLocalNamesTheTensorAtFault) {
 // A caller may describe a subset of the checkpoint (a sender rank's tensors): local tensors none
 // of whose sources are given are left out; a fused tensor given only in part is an error.
 TEST(MegatronLayout, ListLocalOfASubsetOfTheCheckpoint) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   m.layers = 4;
@@ -254,7 +254,7 @@ TEST(MegatronLayout, ListLocalOfASubsetOfTheCheckpoint) {
 // An expert-parallel rank that is not the owner of the norms and the router describes only its
 // experts and TP slices: its MoE layers are still MoE layers.
 TEST(MegatronLayout, ListLocalOfAnMoeSubsetWithoutTheRouter) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   m.layers = 1;
@@ -278,7 +278,7 @@ TEST(MegatronLayout, ListLocalOfAnMoeSubsetWithoutTheRouter) {
 }
 
 TEST(MegatronLayout, MapTensorChecksTheLocalShapeAndStage) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   m.layers = 4;

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "refit/box.h"
+#include "common/box.h"
+#include "format/safetensors.h"
 #include "refit/config.h"
 #include "refit/registry.h"
-#include "refit/safetensors.h"
 #include "refit/tensor.h"
 
 namespace refit::testing {
@@ -175,8 +175,8 @@ struct RankShards {
 };
 
 // The registry the programs use: builtins plus the build tree's .so plugins.
-inline std::unique_ptr<Registry> TestRegistry() {
-  Result<std::unique_ptr<Registry>> r = LoadRegistry(nullptr);
+inline std::shared_ptr<Registry> TestRegistry() {
+  Result<std::shared_ptr<Registry>> r = LoadRegistry(nullptr);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? std::move(r).value() : nullptr;
 }

@@ -60,7 +60,7 @@ std::map<std::string, std::vector<uint8_t>> ExpectedVllmRank(
 }
 
 void CheckVllm(const ModelDesc& m, uint64_t tp) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
   std::vector<RankShards> ranks =
@@ -98,7 +98,7 @@ TEST(VllmLayout, Tp4WithFewerKvHeadsThanRanks) {
 }
 
 TEST(VllmLayout, RejectsExperts) {
-  std::unique_ptr<Registry> registry = TestRegistry();
+  std::shared_ptr<Registry> registry = TestRegistry();
   ASSERT_NE(registry, nullptr);
   ModelDesc m;
   m.experts = 2;

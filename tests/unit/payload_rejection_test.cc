@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "delta_test_util.h"
+#include "format/wire.h"
 #include "refit/delta.h"
-#include "refit/pipeline.h"
-#include "refit/wire.h"
+#include "refit/refit.h"
 
 namespace refit {
 namespace {
@@ -35,7 +35,7 @@ constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 const std::string kLabel = "v00000003/payload.r0.000002.st";
 
 std::shared_ptr<Registry> TestRegistry() {
-  auto r = MakeRegistry(nullptr);
+  auto r = LoadRegistry(nullptr);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? r.value() : nullptr;
 }

@@ -3,13 +3,13 @@
 
 #include "delta_test_util.h"
 #include "refit/delta.h"
-#include "refit/pipeline.h"
+#include "refit/refit.h"
 
 namespace refit {
 namespace {
 
 TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
-  auto registry = MakeRegistry(nullptr);
+  auto registry = LoadRegistry(nullptr);
   ASSERT_TRUE(registry.ok()) << registry.status().message();
   testing::TensorPair p;
   p.Add("a", DType::kBF16, 300'000, 0.01, 11);
@@ -48,7 +48,7 @@ TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
 }
 
 TEST(PipelineDeterminism, FullSyncIsIdenticalAcrossThreadCounts) {
-  auto registry = MakeRegistry(nullptr);
+  auto registry = LoadRegistry(nullptr);
   ASSERT_TRUE(registry.ok());
   testing::TensorPair p;
   p.Add("a", DType::kBF16, 100'000, 0.01, 21);

@@ -1,4 +1,4 @@
-#include "refit/safetensors.h"
+#include "format/safetensors.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "refit/wire.h"
+#include "format/wire.h"
 
 #include <gtest/gtest.h>
 

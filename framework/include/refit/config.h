@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "refit/api.h"
+#include "refit/export.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "refit/api.h"
 #include "refit/config.h"
-#include "refit/pipeline.h"
+#include "refit/export.h"
+#include "refit/receiver.h"
 #include "refit/registry.h"
 #include "refit/status.h"
 #include "refit/tensor.h"

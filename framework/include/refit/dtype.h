@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "refit/api.h"
+#include "refit/export.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
 
@@ -30,7 +30,7 @@ struct DTypeInfo {
   std::string_view name;         // refit's name: "bf16", "f8_e4m3", ...
   std::string_view safetensors;  // safetensors header name: "BF16", "F8_E4M3", ...
   uint32_t size;                 // bytes per element
-  uint8_t dlpack_code;           // DLDataTypeCode (kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4, kDLBool=6)
+  uint8_t dlpack_code;  // DLDataTypeCode (kDLInt=0, kDLUInt=1, kDLFloat=2, kDLBfloat=4, kDLBool=6)
   uint8_t dlpack_bits;
   bool is_float;
 };

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "refit/api.h"
 #include "refit/config.h"
+#include "refit/export.h"
 #include "refit/plugin_abi.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
@@ -181,6 +181,12 @@ REFIT_API Status LoadPluginsFromEnv(Registry& registry);
 REFIT_API std::string DefaultPluginDir();
 // The registry a program uses: the builtins, then DefaultPluginDir(), REFIT_PLUGIN_PATH and the
 // config's [plugins] section (config may be null). Any load error is returned, never skipped.
-REFIT_API Result<std::unique_ptr<Registry>> LoadRegistry(const Config* config);
+REFIT_API Result<std::shared_ptr<Registry>> LoadRegistry(const Config* config);
+
+// The framework's own config keys (docs/config.md), for validation and `refit plugins`.
+REFIT_API std::vector<ConfigKeySpec> FrameworkConfigSpecs();
+// Validates the whole file: framework keys, then each [encoding.X]/[transport.X]/[layout.X]
+// section against the keys its plugin declares (unknown plugin -> error naming file:line:key).
+REFIT_API Status ValidateConfig(const Config& config, const Registry& registry);
 
 }  // namespace refit

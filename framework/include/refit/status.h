@@ -37,7 +37,9 @@ class [[nodiscard]] Status {
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
   static Status Corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
   static Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
-  static Status VersionMismatch(std::string m) { return {StatusCode::kVersionMismatch, std::move(m)}; }
+  static Status VersionMismatch(std::string m) {
+    return {StatusCode::kVersionMismatch, std::move(m)};
+  }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status Timeout(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -61,7 +63,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : storage_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : storage_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : storage_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(storage_).ok()) {
       storage_ = Status::Internal("Result constructed from an OK status without a value");
@@ -84,16 +86,26 @@ class [[nodiscard]] Result {
 
 inline const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kIoError: return "io error";
-    case StatusCode::kCorrupt: return "corrupt";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kVersionMismatch: return "version mismatch";
-    case StatusCode::kAlreadyExists: return "already exists";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kIoError:
+      return "io error";
+    case StatusCode::kCorrupt:
+      return "corrupt";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kVersionMismatch:
+      return "version mismatch";
+    case StatusCode::kAlreadyExists:
+      return "already exists";
+    case StatusCode::kTimeout:
+      return "timeout";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }
@@ -104,10 +116,10 @@ inline const char* StatusCodeName(StatusCode code) {
 #define REFIT_CONCAT(a, b) REFIT_CONCAT_INNER(a, b)
 
 // Return the status from the enclosing function if it is not OK.
-#define RETURN_NOT_OK(expr)                       \
-  do {                                            \
-    ::refit::Status _refit_st = (expr);           \
-    if (!_refit_st.ok()) return _refit_st;        \
+#define REFIT_RETURN_NOT_OK(expr)          \
+  do {                                     \
+    ::refit::Status _refit_st = (expr);    \
+    if (!_refit_st.ok()) return _refit_st; \
   } while (0)
 
 #define REFIT_ASSIGN_OR_RAISE_IMPL(tmp, lhs, rexpr) \
@@ -115,6 +127,6 @@ inline const char* StatusCodeName(StatusCode code) {
   if (!tmp.ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
 
-// ASSIGN_OR_RAISE(auto x, MakeX()); declares/assigns x or returns the error.
-#define ASSIGN_OR_RAISE(lhs, rexpr) \
+// REFIT_ASSIGN_OR_RAISE(auto x, MakeX()); declares/assigns x or returns the error.
+#define REFIT_ASSIGN_OR_RAISE(lhs, rexpr) \
   REFIT_ASSIGN_OR_RAISE_IMPL(REFIT_CONCAT(_refit_res_, __LINE__), lhs, rexpr)

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "refit/api.h"
 #include "refit/dtype.h"
+#include "refit/export.h"
 #include "refit/status.h"
 
 struct DLManagedTensor;  // dlpack.h; only tensor.cc needs the definition

@@ -176,10 +176,10 @@ Status Decompress(Codec codec, const uint8_t* src, uint64_t n, uint8_t* dst, uin
 
 Result<CodecSetting> CodecFromConfig(const refit::sdk::ConfigView& cfg) {
   CodecSetting setting;
-  ASSIGN_OR_RAISE(std::string name, cfg.GetString("codec", "zstd"));
-  ASSIGN_OR_RAISE(setting.codec, ParseCodec(name));
-  ASSIGN_OR_RAISE(int64_t level, cfg.GetInt("level", 1));
-  RETURN_NOT_OK(CheckLevel(setting.codec, level, "level"));
+  REFIT_ASSIGN_OR_RAISE(std::string name, cfg.GetString("codec", "zstd"));
+  REFIT_ASSIGN_OR_RAISE(setting.codec, ParseCodec(name));
+  REFIT_ASSIGN_OR_RAISE(int64_t level, cfg.GetInt("level", 1));
+  REFIT_RETURN_NOT_OK(CheckLevel(setting.codec, level, "level"));
   setting.level = static_cast<int>(level);
   return setting;
 }

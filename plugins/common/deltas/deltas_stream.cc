@@ -123,8 +123,8 @@ Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_targe
                            std::to_string(t.n_elems) + " elements)");
   }
   kernels::PositionList positions;
-  RETURN_NOT_OK(DecodePositions(stream + kStreamHeaderBytes, gap_bytes, k, width, t.n_elems, what,
-                                &positions));
+  REFIT_RETURN_NOT_OK(DecodePositions(stream + kStreamHeaderBytes, gap_bytes, k, width, t.n_elems,
+                                      what, &positions));
   kernels::ScatterOverwrite(t.bits, t.elem_size, positions.data(), k,
                             stream + kStreamHeaderBytes + gap_bytes);
   return Status::OK();

@@ -53,14 +53,14 @@ class BitmaskEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
     if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("bitmask");
     uint64_t total = 0;
     if (!PayloadBytes(in.n_elems, in.n_changed, in.elem_size, &total)) {
       return Status::Invalid(std::to_string(in.n_changed) + " changes overflow the payload size");
     }
     if (total > cap) return refit::sdk::OutputTooSmall(total, cap);
-    RETURN_NOT_OK(refit::deltas::CheckPositions(in, "bitmask"));
+    REFIT_RETURN_NOT_OK(refit::deltas::CheckPositions(in, "bitmask"));
     out[0] = kFormatVersion;
     out[1] = 0;
     StoreLE<uint16_t>(out + 2, 0);
@@ -74,7 +74,7 @@ class BitmaskEncoding {
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("bitmask payload has " + std::to_string(len) +
                              " bytes, shorter than its " + std::to_string(kHeaderBytes) +

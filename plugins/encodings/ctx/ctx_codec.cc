@@ -1501,7 +1501,7 @@ Status Walk(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls, cons
     status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, bits);
 #endif
   }
-  RETURN_NOT_OK(status);
+  REFIT_RETURN_NOT_OK(status);
   if (done != h.k) {
     return Status::Corrupt("ctx payload promises " + std::to_string(h.k) + " changes but codes " +
                            std::to_string(done));
@@ -1904,9 +1904,9 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 
 Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& in, uint8_t* out,
                           uint64_t cap, CodedForm form) {
-  ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckEncodeInput(in));
+  REFIT_ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckEncodeInput(in));
   if (sdk::IsFullSync(in)) return sdk::RefuseFullSync("ctx");
-  ASSIGN_OR_RAISE(const DTypeSpec* spec, CheckedSpec(in.dtype, in.elem_size, "encode input"));
+  REFIT_ASSIGN_OR_RAISE(const DTypeSpec* spec, CheckedSpec(in.dtype, in.elem_size, "encode input"));
   if (in.n_elems >= kMaxElements) {
     return Status::Invalid("ctx encodes runs of fewer than 2^62 elements, got " +
                            std::to_string(in.n_elems));
@@ -1923,11 +1923,11 @@ Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& 
   const uint64_t limit = std::min(cap, literal_size);
   if (coded_header < limit) {
     const uint64_t body_cap = limit - coded_header;
-    ASSIGN_OR_RAISE(uint64_t body,
-                    WithDType(in.dtype, *spec, [&](auto elem, auto cls) -> Result<uint64_t> {
-                      return EncodeBody<decltype(elem)>(PathFor(level), form, in, *spec, cls, &h,
-                                                        out + coded_header, body_cap);
-                    }));
+    REFIT_ASSIGN_OR_RAISE(uint64_t body,
+                          WithDType(in.dtype, *spec, [&](auto elem, auto cls) -> Result<uint64_t> {
+                            return EncodeBody<decltype(elem)>(PathFor(level), form, in, *spec, cls,
+                                                              &h, out + coded_header, body_cap);
+                          }));
     if (body <= body_cap && coded_header + body < literal_size) {
       out[0] = kFormatVersion;
       out[5] = h.mode;
@@ -1957,9 +1957,9 @@ Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t&
 
 Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                 const refit_decode_target_t& target) {
-  ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckDecodeTarget(target));
-  ASSIGN_OR_RAISE(const DTypeSpec* spec,
-                  CheckedSpec(target.dtype, target.elem_size, "decode target"));
+  REFIT_ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckDecodeTarget(target));
+  REFIT_ASSIGN_OR_RAISE(const DTypeSpec* spec,
+                        CheckedSpec(target.dtype, target.elem_size, "decode target"));
   if (payload == nullptr || len < kFixedHeaderBytes) {
     return Status::Corrupt("ctx payload has " + std::to_string(len) + " bytes, shorter than its " +
                            std::to_string(kFixedHeaderBytes) + "-byte header");

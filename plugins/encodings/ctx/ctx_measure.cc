@@ -22,13 +22,13 @@
 
 #include "ctx_bound.h"
 #include "ctx_codec.h"
+#include "format/safetensors.h"
 #include "refit/dtype.h"
 #include "refit/kernels/diff.h"
 #include "refit/kernels/dispatch.h"
-#include "refit/pipeline.h"
+#include "refit/refit.h"
 #include "refit/registry.h"
-#include "refit/safetensors.h"
-#include "refit/synthetic.h"
+#include "synthetic/synthetic.h"
 
 namespace {
 

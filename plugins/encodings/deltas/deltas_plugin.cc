@@ -27,17 +27,17 @@ class DeltasEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
     if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("deltas");
-    RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas"));
-    ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
+    REFIT_RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas"));
+    REFIT_ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (plan.total_bytes > cap) return refit::sdk::OutputTooSmall(plan.total_bytes, cap);
     refit::deltas::WriteStream(in, plan, out);
     return plan.total_bytes;
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     return refit::deltas::ApplyStream(payload, len, t, "deltas payload");
   }
 };

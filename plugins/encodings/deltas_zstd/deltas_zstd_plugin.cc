@@ -41,7 +41,7 @@ class DeltasZstdEncoding {
   DeltasZstdEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 
   static Result<std::unique_ptr<DeltasZstdEncoding>> Create(const refit::sdk::ConfigView& cfg) {
-    ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
+    REFIT_ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
     if (setting.codec == Codec::kNone) {
       return Status::Invalid(
           "config key 'codec' of deltas_zstd must be \"zstd\" or \"lz4\" "
@@ -61,10 +61,10 @@ class DeltasZstdEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
     if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("deltas_zstd");
-    RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas_zstd"));
-    ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
+    REFIT_RETURN_NOT_OK(refit::deltas::CheckPositions(in, "deltas_zstd"));
+    REFIT_ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);
     refit::kernels::UninitVector<uint8_t> raw(plan.total_bytes);  // written in full below
     refit::deltas::WriteStream(in, plan, raw.data());
@@ -83,7 +83,7 @@ class DeltasZstdEncoding {
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("deltas_zstd payload has " + std::to_string(len) +
                              " bytes, shorter than its " + std::to_string(kHeaderBytes) +

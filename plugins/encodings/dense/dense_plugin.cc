@@ -28,14 +28,14 @@ class DenseEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    ASSIGN_OR_RAISE(uint64_t bytes, refit::sdk::CheckEncodeInput(in));
+    REFIT_ASSIGN_OR_RAISE(uint64_t bytes, refit::sdk::CheckEncodeInput(in));
     if (bytes > cap) return refit::sdk::OutputTooSmall(bytes, cap);
     if (bytes > 0) std::memcpy(out, in.new_bits, bytes);
     return bytes;
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    ASSIGN_OR_RAISE(uint64_t bytes, refit::sdk::CheckDecodeTarget(t));
+    REFIT_ASSIGN_OR_RAISE(uint64_t bytes, refit::sdk::CheckDecodeTarget(t));
     if (len != bytes) {
       return Status::Corrupt("dense payload has " + std::to_string(len) + " bytes, expected " +
                              std::to_string(bytes) + " (" + std::to_string(t.n_elems) + " x " +

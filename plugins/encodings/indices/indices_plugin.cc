@@ -124,7 +124,7 @@ class IndicesEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
     if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("indices");
     const uint32_t width = IndexWidthFor(in.n_elems);
     uint64_t total = 0;
@@ -152,7 +152,7 @@ class IndicesEncoding {
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("indices payload has " + std::to_string(len) +
                              " bytes, shorter than its " + std::to_string(kHeaderBytes) +

@@ -51,7 +51,7 @@ class XorEncoding {
   XorEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 
   static Result<std::unique_ptr<XorEncoding>> Create(const refit::sdk::ConfigView& cfg) {
-    ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
+    REFIT_ASSIGN_OR_RAISE(refit::codec::CodecSetting setting, refit::codec::CodecFromConfig(cfg));
     return std::make_unique<XorEncoding>(setting.codec, setting.level);
   }
 
@@ -69,10 +69,10 @@ class XorEncoding {
   }
 
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const {
-    RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckEncodeInput(in).status());
     if (refit::sdk::IsFullSync(in)) return refit::sdk::RefuseFullSync("xor");
-    RETURN_NOT_OK(refit::deltas::CheckPositions(in, "xor"));
-    ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
+    REFIT_RETURN_NOT_OK(refit::deltas::CheckPositions(in, "xor"));
+    REFIT_ASSIGN_OR_RAISE(refit::deltas::StreamPlan plan, refit::deltas::PlanStream(in));
     if (cap < kHeaderBytes) return refit::sdk::OutputTooSmall(kHeaderBytes + 1, cap);
     const uint64_t k = in.n_changed;
     const uint64_t value_bytes = k * in.elem_size;  // fits: checked by PlanStream
@@ -104,7 +104,7 @@ class XorEncoding {
   }
 
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
-    RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("xor payload has " + std::to_string(len) +
                              " bytes, shorter than its " + std::to_string(kHeaderBytes) +
@@ -142,8 +142,8 @@ class XorEncoding {
                                          body.data(), body_bytes);
     if (!st.ok()) return Status::Corrupt("xor payload: " + st.message());
     refit::kernels::PositionList positions;
-    RETURN_NOT_OK(refit::deltas::DecodePositions(body.data(), gap_bytes, k, width, t.n_elems,
-                                                 "xor payload", &positions));
+    REFIT_RETURN_NOT_OK(refit::deltas::DecodePositions(body.data(), gap_bytes, k, width, t.n_elems,
+                                                       "xor payload", &positions));
     refit::kernels::UninitVector<uint8_t> xors(value_bytes + 1);  // written by MergeBytePlanes
     refit::kernels::MergeBytePlanes(body.data() + gap_bytes, k, t.elem_size, xors.data());
     refit::kernels::ScatterXor(t.bits, t.elem_size, positions.data(), k, xors.data());

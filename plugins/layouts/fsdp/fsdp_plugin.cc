@@ -41,9 +41,10 @@ class FsdpLayout {
     auto layout = std::make_unique<FsdpLayout>();
     layout->rank_ = static_cast<uint64_t>(rank);
     layout->world_ = static_cast<uint64_t>(world);
-    ASSIGN_OR_RAISE(layout->shapes_from_, cfg.GetString("shapes_from", ""));
+    REFIT_ASSIGN_OR_RAISE(layout->shapes_from_, cfg.GetString("shapes_from", ""));
     if (!layout->shapes_from_.empty()) {
-      ASSIGN_OR_RAISE(layout->shapes_, refit::layouts::ReadSafetensorsShapes(layout->shapes_from_));
+      REFIT_ASSIGN_OR_RAISE(layout->shapes_,
+                            refit::layouts::ReadSafetensorsShapes(layout->shapes_from_));
     }
     return layout;
   }

@@ -55,12 +55,12 @@ class MegatronLayout {
                                                         int world) {
     auto layout = std::make_unique<MegatronLayout>();
     MegatronLayout& l = *layout;
-    ASSIGN_OR_RAISE(l.m_, refit::layouts::ReadModelConfig(cfg));
-    ASSIGN_OR_RAISE(l.tp_, refit::layouts::ReadCount(cfg, "tp", 1));
-    ASSIGN_OR_RAISE(l.pp_, refit::layouts::ReadCount(cfg, "pp", 1));
-    ASSIGN_OR_RAISE(l.ep_, refit::layouts::ReadCount(cfg, "ep", 1));
-    ASSIGN_OR_RAISE(uint64_t divisible_by,
-                    refit::layouts::ReadCount(cfg, "vocab_divisible_by", 128));
+    REFIT_ASSIGN_OR_RAISE(l.m_, refit::layouts::ReadModelConfig(cfg));
+    REFIT_ASSIGN_OR_RAISE(l.tp_, refit::layouts::ReadCount(cfg, "tp", 1));
+    REFIT_ASSIGN_OR_RAISE(l.pp_, refit::layouts::ReadCount(cfg, "pp", 1));
+    REFIT_ASSIGN_OR_RAISE(l.ep_, refit::layouts::ReadCount(cfg, "ep", 1));
+    REFIT_ASSIGN_OR_RAISE(uint64_t divisible_by,
+                          refit::layouts::ReadCount(cfg, "vocab_divisible_by", 128));
     if (static_cast<uint64_t>(world) != l.tp_ * l.pp_ * l.ep_) {
       return Status::Invalid("world size " + std::to_string(world) +
                              " is not tp * pp * ep = " + std::to_string(l.tp_ * l.pp_ * l.ep_));
@@ -70,16 +70,16 @@ class MegatronLayout {
                              std::to_string(world));
     }
     const ModelConfig& m = l.m_;
-    RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_layers, "num_layers", l.pp_, "pp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_layers, "num_layers", l.pp_, "pp"));
     // Megatron keeps whole query groups on a rank: it requires num_query_groups % tp == 0.
-    RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_kv_heads, "num_kv_heads", l.tp_, "tp"));
-    RETURN_NOT_OK(refit::layouts::CheckDivides(m.ffn, "ffn", l.tp_, "tp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_kv_heads, "num_kv_heads", l.tp_, "tp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.ffn, "ffn", l.tp_, "tp"));
     if (l.ep_ > 1 && m.num_experts == 0) {
       return Status::Invalid("ep " + std::to_string(l.ep_) + " needs num_experts > 0");
     }
     if (m.num_experts > 0) {
-      RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_experts, "num_experts", l.ep_, "ep"));
-      RETURN_NOT_OK(refit::layouts::CheckDivides(m.moe_ffn, "moe_ffn", l.tp_, "tp"));
+      REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_experts, "num_experts", l.ep_, "ep"));
+      REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.moe_ffn, "moe_ffn", l.tp_, "tp"));
     }
     l.rank_ = rank;
     l.tp_rank_ = static_cast<uint64_t>(rank) % l.tp_;
@@ -92,14 +92,14 @@ class MegatronLayout {
 
   Result<std::vector<refit::sdk::Slice>> MapTensor(const refit_local_tensor_t& local) const {
     if (local.name == nullptr) return Status::Invalid("local tensor has no name");
-    ASSIGN_OR_RAISE(LocalPlan plan, Plan(local.name));
+    REFIT_ASSIGN_OR_RAISE(LocalPlan plan, Plan(local.name));
     return refit::layouts::SlicesFor(plan, local);
   }
 
   Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const {
     std::set<std::string> names;
     for (const TensorSpec& t : canonical) names.insert(t.name);
-    for (const TensorSpec& t : canonical) RETURN_NOT_OK(CheckCanonical(t.name, names));
+    for (const TensorSpec& t : canonical) REFIT_RETURN_NOT_OK(CheckCanonical(t.name, names));
     std::vector<std::string> candidates;
     if (first_stage()) candidates.push_back(kEmbedding);
     for (uint64_t l = 0; l < layers_per_stage_; ++l) {
@@ -131,7 +131,7 @@ class MegatronLayout {
     }
     std::vector<LocalPlan> plans;
     for (const std::string& name : candidates) {
-      ASSIGN_OR_RAISE(LocalPlan plan, Plan(name));
+      REFIT_ASSIGN_OR_RAISE(LocalPlan plan, Plan(name));
       plans.push_back(std::move(plan));
     }
     return refit::layouts::SelectLocal(plans, canonical);

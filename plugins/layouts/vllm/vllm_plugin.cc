@@ -50,10 +50,10 @@ class VllmLayout {
     }
     auto layout = std::make_unique<VllmLayout>();
     VllmLayout& l = *layout;
-    ASSIGN_OR_RAISE(l.m_, refit::layouts::ReadModelConfig(cfg));
-    ASSIGN_OR_RAISE(uint64_t vocab_pad, refit::layouts::ReadCount(cfg, "vocab_pad", 64));
+    REFIT_ASSIGN_OR_RAISE(l.m_, refit::layouts::ReadModelConfig(cfg));
+    REFIT_ASSIGN_OR_RAISE(uint64_t vocab_pad, refit::layouts::ReadCount(cfg, "vocab_pad", 64));
     const ModelConfig& m = l.m_;
-    ASSIGN_OR_RAISE(l.tp_, refit::layouts::ReadCount(cfg, "tp", world));
+    REFIT_ASSIGN_OR_RAISE(l.tp_, refit::layouts::ReadCount(cfg, "tp", world));
     if (l.tp_ != static_cast<uint64_t>(world)) {
       return Status::Invalid("tp " + std::to_string(l.tp_) + " is not the world size " +
                              std::to_string(world) + " (the vllm layout has no pipeline split)");
@@ -62,27 +62,29 @@ class VllmLayout {
     if (m.num_experts > 0) {
       return Status::Unsupported("the vllm layout does not map MoE experts (num_experts > 0)");
     }
-    RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_heads, "num_heads", l.tp_, "tp"));
-    RETURN_NOT_OK(refit::layouts::CheckDivides(m.ffn, "ffn", l.tp_, "tp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_heads, "num_heads", l.tp_, "tp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(m.ffn, "ffn", l.tp_, "tp"));
     if (m.num_kv_heads >= l.tp_) {
-      RETURN_NOT_OK(refit::layouts::CheckDivides(m.num_kv_heads, "num_kv_heads", l.tp_, "tp"));
+      REFIT_RETURN_NOT_OK(
+          refit::layouts::CheckDivides(m.num_kv_heads, "num_kv_heads", l.tp_, "tp"));
     } else {
-      RETURN_NOT_OK(refit::layouts::CheckDivides(l.tp_, "tp", m.num_kv_heads, "num_kv_heads"));
+      REFIT_RETURN_NOT_OK(
+          refit::layouts::CheckDivides(l.tp_, "tp", m.num_kv_heads, "num_kv_heads"));
     }
     const uint64_t padded = refit::layouts::RoundUp(m.vocab, vocab_pad);
-    RETURN_NOT_OK(refit::layouts::CheckDivides(padded, "padded vocab", l.tp_, "tp"));
+    REFIT_RETURN_NOT_OK(refit::layouts::CheckDivides(padded, "padded vocab", l.tp_, "tp"));
     l.vocab_per_rank_ = padded / l.tp_;
     return layout;
   }
 
   Result<std::vector<refit::sdk::Slice>> MapTensor(const refit_local_tensor_t& local) const {
     if (local.name == nullptr) return Status::Invalid("local tensor has no name");
-    ASSIGN_OR_RAISE(LocalPlan plan, Plan(local.name));
+    REFIT_ASSIGN_OR_RAISE(LocalPlan plan, Plan(local.name));
     return refit::layouts::SlicesFor(plan, local);
   }
 
   Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const {
-    for (const TensorSpec& t : canonical) RETURN_NOT_OK(CheckCanonical(t.name));
+    for (const TensorSpec& t : canonical) REFIT_RETURN_NOT_OK(CheckCanonical(t.name));
     std::vector<std::string> candidates = {HfTensorName(HfKind::kEmbed)};
     for (uint64_t l = 0; l < m_.num_layers; ++l) {
       const std::string layer = kLayerPrefix + std::to_string(l) + ".";
@@ -97,7 +99,7 @@ class VllmLayout {
     if (!m_.tie_word_embeddings) candidates.push_back(HfTensorName(HfKind::kLmHead));
     std::vector<LocalPlan> plans;
     for (const std::string& name : candidates) {
-      ASSIGN_OR_RAISE(LocalPlan plan, Plan(name));
+      REFIT_ASSIGN_OR_RAISE(LocalPlan plan, Plan(name));
       plans.push_back(std::move(plan));
     }
     return refit::layouts::SelectLocal(plans, canonical);

@@ -180,9 +180,9 @@ Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::s
     }
   }
   ::closedir(d);  // before recursing: depth is bounded by the key length, fds are not
-  RETURN_NOT_OK(st);
+  REFIT_RETURN_NOT_OK(st);
   for (const std::string& sub : subdirs) {
-    RETURN_NOT_OK(Walk(abs_dir + "/" + sub, rel_dir + sub + "/", "", state));
+    REFIT_RETURN_NOT_OK(Walk(abs_dir + "/" + sub, rel_dir + sub + "/", "", state));
   }
   return Status::OK();
 }
@@ -191,7 +191,7 @@ Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::s
 
 Status ValidateKey(const std::string& key) {
   if (key.empty()) return Status::Invalid("invalid transport key '': empty");
-  RETURN_NOT_OK(ValidateComponents(key, key.size(), "key"));
+  REFIT_RETURN_NOT_OK(ValidateComponents(key, key.size(), "key"));
   std::string last = key.substr(key.rfind('/') + 1);
   if (IsTmpName(last)) {
     return Status::Invalid("invalid transport key '" + key +
@@ -211,13 +211,13 @@ Result<std::unique_ptr<DiskTransport>> DiskTransport::Create(const sdk::ConfigVi
                                                              refit_transport_role_t /*role*/,
                                                              const std::string& /*peer_id*/) {
   DiskOptions options;
-  ASSIGN_OR_RAISE(options.dir, cfg.GetString("dir", ""));
+  REFIT_ASSIGN_OR_RAISE(options.dir, cfg.GetString("dir", ""));
   if (options.dir.empty()) {
     return Status::Invalid(
         "config key 'dir' is required (the shared directory of the disk transport) and must not "
         "be empty");
   }
-  ASSIGN_OR_RAISE(options.fsync, cfg.GetBool("fsync", true));
+  REFIT_ASSIGN_OR_RAISE(options.fsync, cfg.GetBool("fsync", true));
   return Open(std::move(options));
 }
 
@@ -259,7 +259,7 @@ Status DiskTransport::MakeParentDirs(const std::string& key) const {
 }
 
 Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
-  RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateKey(key));
   if (data == nullptr && len != 0) return Status::Invalid("put '" + key + "': null data");
   const std::string final_path = PathOf(key);
   const std::string tmp_path = final_path + ".tmp." + std::to_string(::getpid()) + "." +
@@ -271,7 +271,7 @@ Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t 
     if (fd >= 0) break;
     // ENOENT: the parent is missing (first put under it, or a concurrent Remove pruned it).
     if (errno != ENOENT) return IoFailure("put '" + key + "': cannot create", tmp_path, errno);
-    RETURN_NOT_OK(MakeParentDirs(key));
+    REFIT_RETURN_NOT_OK(MakeParentDirs(key));
   }
   if (fd < 0) return IoFailure("put '" + key + "': cannot create", tmp_path, ENOENT);
 
@@ -314,7 +314,7 @@ Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t 
 }
 
 Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
-  RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateKey(key));
   const std::string path = PathOf(key);
   struct stat sb;
   if (::stat(path.c_str(), &sb) != 0) {
@@ -326,7 +326,7 @@ Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
 }
 
 Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
-  RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateKey(key));
   if (len > UINT64_MAX - offset) {
     return Status::Invalid("get '" + key + "': range offset " + std::to_string(offset) + " + " +
                            std::to_string(len) + " overflows");
@@ -372,14 +372,14 @@ Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf,
 
 Result<std::vector<std::pair<std::string, uint64_t>>> DiskTransport::List(
     const std::string& prefix) {
-  RETURN_NOT_OK(ValidatePrefix(prefix));
+  REFIT_RETURN_NOT_OK(ValidatePrefix(prefix));
   // Only the subtree named by the prefix's directory part is walked.
   size_t last_slash = prefix.rfind('/');
   std::string rel_dir = last_slash == std::string::npos ? "" : prefix.substr(0, last_slash + 1);
   std::string partial = last_slash == std::string::npos ? prefix : prefix.substr(last_slash + 1);
   std::string abs_dir = rel_dir.empty() ? options_.dir : PathOf(rel_dir.substr(0, last_slash));
   std::vector<std::pair<std::string, uint64_t>> out;
-  RETURN_NOT_OK(Walk(abs_dir, rel_dir, partial, WalkState{&prefix, &out}));
+  REFIT_RETURN_NOT_OK(Walk(abs_dir, rel_dir, partial, WalkState{&prefix, &out}));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -394,7 +394,7 @@ void DiskTransport::PruneEmptyParents(const std::string& key) const {
 }
 
 Status DiskTransport::Remove(const std::string& key) {
-  RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateKey(key));
   const std::string path = PathOf(key);
   if (::unlink(path.c_str()) != 0) {
     // A directory is "missing" as a key (see Size), so removing it is a no-op like ENOENT.

@@ -49,7 +49,7 @@ inline Result<uint64_t> CheckEncodeInput(const refit_encode_input_t& in) {
     return Status::Invalid("encode input struct_size " + std::to_string(in.struct_size) +
                            " is smaller than " + std::to_string(kEncodeInputV1Size));
   }
-  ASSIGN_OR_RAISE(uint64_t bytes, ElementBytes(in.n_elems, in.elem_size));
+  REFIT_ASSIGN_OR_RAISE(uint64_t bytes, ElementBytes(in.n_elems, in.elem_size));
   if (bytes > 0 && in.new_bits == nullptr) return Status::Invalid("encode input has no new_bits");
   if (in.old_bits != nullptr && in.n_changed > 0 && in.positions == nullptr) {
     return Status::Invalid("encode input has old_bits and " + std::to_string(in.n_changed) +
@@ -81,7 +81,7 @@ inline Result<uint64_t> CheckDecodeTarget(const refit_decode_target_t& target) {
     return Status::Invalid("decode target struct_size " + std::to_string(target.struct_size) +
                            " is smaller than " + std::to_string(sizeof(refit_decode_target_t)));
   }
-  ASSIGN_OR_RAISE(uint64_t bytes, ElementBytes(target.n_elems, target.elem_size));
+  REFIT_ASSIGN_OR_RAISE(uint64_t bytes, ElementBytes(target.n_elems, target.elem_size));
   if (bytes > 0 && target.bits == nullptr) return Status::Invalid("decode target has no bits");
   return bytes;
 }

@@ -1,0 +1,42 @@
+// Offline deltas between checkpoint files (`refit diff` / `refit apply`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/export.h"
+#include "refit/receiver.h"
+#include "refit/registry.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+struct DiffStats {
+  uint64_t tensors = 0;
+  uint64_t total_elements = 0;
+  uint64_t changed_elements = 0;
+  uint64_t model_bytes = 0;
+  uint64_t delta_bytes = 0;
+  uint64_t records = 0;
+};
+
+// Writes a delta taking base_path to new_path. encoding applies to changed tensors; tensors that
+// are new or changed dtype/shape are sent dense. The delta names its base by a digest of the
+// base's tensors.
+REFIT_API Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new_path,
+                                      const std::string& out_path, const std::string& encoding,
+                                      const Registry& registry, const Config* config);
+
+// Applies a delta onto base_path and writes out_path atomically (tmp + fsync + rename): out has
+// exactly the new file's tensors, dtypes, shapes and bytes. Wrong base -> kVersionMismatch.
+REFIT_API Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& delta_path,
+                                       const std::string& out_path, const Registry& registry,
+                                       const Config* config);
+
+// Digest of a set of tensors (names, dtypes, shapes and bits), order-independent.
+REFIT_API uint64_t ModelDigest(const std::vector<TensorView>& tensors);
+
+}  // namespace refit

@@ -1,0 +1,58 @@
+// The receiver: applies committed versions in place, verifies every record's digest, commits
+// the version and acknowledges it. Made by static Make(), used from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "refit/config.h"
+#include "refit/export.h"
+#include "refit/registry.h"
+#include "refit/status.h"
+
+namespace refit {
+
+struct ApplyStats {
+  uint64_t version = 0;
+  bool full = false;
+  uint64_t records = 0;
+  uint64_t payloads = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t changed_elements = 0;
+  // Exactly-once apply of xor/step records (framework/src/receive/journal.h): records journaled
+  // before they touched the model, and, when resuming an interrupted apply, entries replayed and
+  // records skipped because an earlier attempt had journaled them.
+  uint64_t journaled_records = 0;
+  uint64_t resumed_entries = 0;
+  uint64_t resumed_skipped_records = 0;
+  // The model was `applying` this version when the receiver started it: an interrupted in-place
+  // apply resumed (journal entries replayed, overwrite records applied again).
+  bool resumed = false;
+  double fetch_seconds = 0;
+  double apply_seconds = 0;  // decode + apply + digest verification
+  double total_seconds = 0;
+};
+class REFIT_API Receiver {
+ public:
+  // Reads [receiver], [transport], [encoding.*]; the model lives in receiver.state_dir.
+  // `registry`: the plugins to use; null loads LoadRegistry(&config).
+  static Result<std::unique_ptr<Receiver>> Make(const Config& config,
+                                                std::shared_ptr<Registry> registry = nullptr);
+  ~Receiver();
+
+  // Applies the next committed version if there is one (nullopt if none yet). A delta whose base
+  // is not the receiver's version is answered with a "need full" request to the sender and a
+  // kVersionMismatch status; a later full sync is then applied normally.
+  Result<std::optional<ApplyStats>> PollOnce();
+
+  uint64_t version() const;  // 0: no committed state
+  std::string model_path() const;
+
+ private:
+  Receiver();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+}  // namespace refit

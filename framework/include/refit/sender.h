@@ -1,0 +1,89 @@
+// The sender: one per trainer rank. It diffs the rank's weights against its baseline, encodes the
+// changed elements, puts payloads through a transport and commits a version.
+//
+// Objects are made by static Make(), report through Status/Result, never throw, and own no model
+// memory they did not allocate (weights come in as TensorViews). A Sender is used from one thread
+// at a time; internally it writes payloads on a background thread while it encodes the next one
+// (two buckets in flight at most).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/export.h"
+#include "refit/registry.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+// A receiver's acknowledgement of a committed version.
+struct Ack {
+  std::string receiver;
+  uint64_t version = 0;
+  double apply_seconds = 0;
+  uint64_t applied_records = 0;
+};
+
+struct SyncStats {
+  uint64_t version = 0;
+  std::optional<uint64_t> base_version;
+  bool full = false;
+  uint64_t tensors = 0;
+  uint64_t total_elements = 0;
+  uint64_t changed_elements = 0;
+  uint64_t model_bytes = 0;    // one copy of the model, dense
+  uint64_t changed_bytes = 0;  // changed elements * their size
+  uint64_t payload_bytes = 0;  // what crossed the transport
+  uint64_t records = 0;
+  uint64_t payloads = 0;
+  double wait_seconds = 0;  // waiting for the previous version's acks + baseline advance
+  double diff_seconds = 0;
+  double encode_seconds = 0;
+  double send_seconds = 0;  // time the pipeline waited on the transport
+  double total_seconds = 0;
+  // Recovery of an earlier attempt that died (docs/reliability.md): its commit was stored, so
+  // this publish adopted that version first; or it died before its commit, and this publish
+  // removed its leftovers and reuses the version number; or the baseline advance it was in
+  // resumed through the advance journal (entries replayed).
+  bool adopted_commit = false;
+  bool republished = false;
+  uint64_t advance_resumed_entries = 0;
+  double density() const {
+    return total_elements ? static_cast<double>(changed_elements) / total_elements : 0.0;
+  }
+};
+class REFIT_API Sender {
+ public:
+  // Reads [sender], [transport], [encoding.*], [layout]; state lives in sender.state_dir.
+  // `registry`: the plugins to use (e.g. one the caller loaded extra plugins into, shared by
+  // several senders); null loads LoadRegistry(&config).
+  static Result<std::unique_ptr<Sender>> Make(const Config& config, int rank = 0, int world = 1,
+                                              std::shared_ptr<Registry> registry = nullptr);
+  ~Sender();
+
+  // Publishes version published_version()+1 from the rank's local weights: waits for every
+  // configured receiver to acknowledge the previous version (then advances the baseline), diffs,
+  // encodes, sends, writes the manifest and the commit marker. The first version, a version after
+  // a receiver asked for one, or every full_every-th is a full (dense) sync.
+  Result<SyncStats> Publish(const std::vector<TensorView>& weights);
+
+  // Blocks until every receiver acknowledged the published version (or answered "need full"),
+  // then advances the baseline to it. No-op when the baseline is already current.
+  Status WaitAndAdvance(double timeout_seconds);
+
+  uint64_t baseline_version() const;
+  uint64_t published_version() const;
+  // Acks seen for the published version (after WaitAndAdvance).
+  const std::vector<Ack>& acks() const;
+
+ private:
+  Sender();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+}  // namespace refit

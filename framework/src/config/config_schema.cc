@@ -1,0 +1,141 @@
+// The framework's config keys (docs/config.md documents each) and whole-file validation.
+#include <set>
+
+#include "faults/faults.h"
+#include "plugins/encoding_cache.h"
+#include "refit/offline.h"
+#include "refit/receiver.h"
+#include "refit/sender.h"
+#include "send/auto_policy.h"
+
+namespace refit {
+
+std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
+  std::vector<ConfigKeySpec> specs = {
+      {"sender.state_dir", REFIT_CFG_STRING, "",
+       "directory holding the sender's baseline and state"},
+      {"sender.encoding", REFIT_CFG_STRING, "\"auto\"",
+       "encoding of changed records (\"auto\": the best of [encoding.auto] candidates per record)"},
+      {"sender.threads", REFIT_CFG_INT, "0",
+       "threads diffing and encoding chunks (0: hardware concurrency, 1: inline); the payload "
+       "bytes do not depend on it"},
+      {"sender.bucket_bytes", REFIT_CFG_SIZE, "\"64MiB\"", "payload size cap (one flush)"},
+      {"sender.chunk_bytes", REFIT_CFG_SIZE, "\"16MiB\"",
+       "tensors are cut into records of at most this many dense bytes"},
+      {"sender.receivers", REFIT_CFG_STRING_LIST, "[]",
+       "receiver ids that must acknowledge a version before the baseline advances"},
+      {"sender.ack_timeout_s", REFIT_CFG_DOUBLE, "600", "seconds to wait for acknowledgements"},
+      {"sender.full_every", REFIT_CFG_INT, "0", "send a full sync every N versions (0: never)"},
+      {"sender.weights", REFIT_CFG_STRING, "", "safetensors file `refit send` publishes"},
+      {"sender.poll_interval_ms", REFIT_CFG_INT, "50", "ack polling interval"},
+      {"sender.mode", REFIT_CFG_STRING, "\"tp\"",
+       "\"tp\": every rank publishes its own deltas; \"pp\": each stage of stage_ranks ranks "
+       "gathers its deltas node-locally (stage_dir) and its first rank publishes them"},
+      {"sender.stage_ranks", REFIT_CFG_INT, "1", "mode pp: consecutive ranks per stage"},
+      {"sender.stage_dir", REFIT_CFG_STRING, "",
+       "mode pp: node-local directory where stage members hand their payloads to the leader"},
+      {"sender.receiver_layout", REFIT_CFG_STRING, "\"\"",
+       "layout of sharded receivers (e.g. \"vllm\", configured in [layout.<name>]): records are "
+       "cut at their shard boundaries (empty: receivers hold canonical tensors)"},
+      {"sender.receiver_world", REFIT_CFG_INT, "1", "number of receiver shards of receiver_layout"},
+      {"sender.verify_puts", REFIT_CFG_BOOL, "true",
+       "read every put object back (size and bytes) and redo puts that stored something else; "
+       "the commit is written only once every object it names is verified"},
+      {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
+      {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
+      {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+       "memory cap for one payload plus one record's scratch while applying"},
+      {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
+      {"receiver.durable", REFIT_CFG_BOOL, "true",
+       "sync the apply journal per record (survives power loss, not only process death)"},
+      {"receiver.verify_payloads_first", REFIT_CFG_BOOL, "false",
+       "fetch and verify every payload of a delta before touching the model (reads each twice: "
+       "for storage that may rot after a verified put)"},
+      {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
+      {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
+      {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},
+      {"layout.name", REFIT_CFG_STRING, "\"hf\"",
+       "layout plugin of this process's weights (sender: its shards; receiver: its shards)"},
+      {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
+      {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
+  };
+  for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
+    spec.name = "faults." + spec.name;
+    specs.push_back(std::move(spec));
+  }
+  for (ConfigKeySpec spec : internal::AutoConfigSpecs()) {
+    spec.name = std::string("encoding.") + internal::kAutoEncoding + "." + spec.name;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+Status ValidateConfig(const Config& config, const Registry& registry) {
+  // Framework sections first, then the plugin sections [kind.name].
+  const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
+  for (const char* section : {"sender", "receiver", "plugins", "faults"}) {
+    REFIT_RETURN_NOT_OK(config.Validate(specs, section));
+  }
+  const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
+                                             "layout", "encoding", "faults"};
+  for (const auto& [key, value] : config.values()) {
+    std::string root = key.substr(0, key.find('.'));
+    if (known_roots.count(root) == 0) {
+      return Status::Invalid(config.Where(key) + ": unknown key '" + key + "'");
+    }
+  }
+  struct Kind {
+    const char* root;
+    refit_component_kind_t kind;
+  };
+  for (Kind k : {Kind{"transport", REFIT_KIND_TRANSPORT}, Kind{"layout", REFIT_KIND_LAYOUT},
+                 Kind{"encoding", REFIT_KIND_ENCODING}}) {
+    std::set<std::string> validated;
+    for (const std::string& key : config.KeysUnder(k.root)) {
+      std::string rest = key.substr(std::string(k.root).size() + 1);
+      size_t dot = rest.find('.');
+      if (dot == std::string::npos) {
+        if (k.kind != REFIT_KIND_ENCODING && rest == "name") {
+          REFIT_ASSIGN_OR_RAISE(std::string name, config.GetString(key, ""));
+          if (registry.Find(k.kind, name) == nullptr) {
+            return Status::Invalid(config.Where(key) + ": unknown " + k.root + " '" + name + "'");
+          }
+          continue;
+        }
+        return Status::Invalid(config.Where(key) + ": unknown key '" + key + "'");
+      }
+      std::string name = rest.substr(0, dot);
+      if (!validated.insert(name).second) continue;
+      if (k.kind == REFIT_KIND_ENCODING && name == internal::kAutoEncoding) {
+        // The framework's own `auto` encoding: its keys, then its candidates.
+        REFIT_RETURN_NOT_OK(config.Validate(specs, "encoding.auto"));
+        internal::EncodingCache cache(registry, &config);
+        REFIT_RETURN_NOT_OK(cache.Auto().status());
+        continue;
+      }
+      const ComponentInfo* info = registry.Find(k.kind, name);
+      if (info == nullptr) {
+        return Status::Invalid(config.Where(key) + ": section [" + std::string(k.root) + "." +
+                               name + "] names an unknown " + k.root + " '" + name + "'");
+      }
+      std::vector<ConfigKeySpec> plugin_specs;
+      std::string section = std::string(k.root) + "." + name;
+      for (ConfigKeySpec spec : info->config_keys) {
+        spec.name = section + "." + spec.name;
+        plugin_specs.push_back(std::move(spec));
+      }
+      REFIT_RETURN_NOT_OK(config.Validate(plugin_specs, section));
+    }
+  }
+  REFIT_RETURN_NOT_OK(internal::FaultOptionsFromConfig(config).status());
+  REFIT_ASSIGN_OR_RAISE(std::string encoding,
+                        config.GetString("sender.encoding", internal::kAutoEncoding));
+  if (encoding != internal::kAutoEncoding &&
+      registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
+    return Status::Invalid(config.Where("sender.encoding") + ": unknown encoding '" + encoding +
+                           "'");
+  }
+  return Status::OK();
+}
+
+}  // namespace refit

@@ -1,0 +1,191 @@
+// Offline deltas between checkpoint files (`refit diff` / `refit apply`).
+#include "refit/offline.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "common/file_util.h"
+#include "common/stopwatch.h"
+#include "format/model_file.h"
+#include "plugins/encoding_cache.h"
+#include "receive/apply.h"
+#include "refit/kernels/diff.h"
+#include "refit/receiver.h"
+#include "refit/sender.h"
+#include "send/auto_policy.h"
+#include "send/encode_tensor_sets.h"
+
+namespace refit {
+
+using internal::Stopwatch;
+
+namespace {
+
+// A read-only mapping of a whole file (the delta is parsed in place, never copied).
+class MappedFile {
+ public:
+  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+      return Status::IoError(path + ": " + std::strerror(errno));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      return Status::IoError(path + ": " + std::strerror(errno));
+    }
+    auto f = std::unique_ptr<MappedFile>(new MappedFile());
+    f->size_ = static_cast<uint64_t>(st.st_size);
+    if (f->size_ > 0) {
+      void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        return Status::IoError(path + ": mmap: " + std::strerror(errno));
+      }
+      f->data_ = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+    return f;
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace
+
+uint64_t ModelDigest(const std::vector<TensorView>& tensors) {
+  std::vector<const TensorView*> sorted;
+  for (const TensorView& t : tensors) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorView* a, const TensorView* b) { return a->name < b->name; });
+  kernels::DigestStream stream;
+  for (const TensorView* t : sorted) {
+    stream.Update(t->name.data(), t->name.size() + 0);
+    stream.Update("\0", 1);
+    std::string_view dtype = NameOf(t->dtype);
+    stream.Update(dtype.data(), dtype.size());
+    uint64_t ndim = t->shape.size();
+    stream.Update(&ndim, sizeof(ndim));
+    stream.Update(t->shape.data(), ndim * sizeof(uint64_t));
+    uint64_t bits = kernels::Digest64(t->data, t->nbytes());
+    stream.Update(&bits, sizeof(bits));
+  }
+  return stream.Final();
+}
+
+Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new_path,
+                            const std::string& out_path, const std::string& encoding,
+                            const Registry& registry, const Config* config) {
+  if (encoding != internal::kAutoEncoding &&
+      registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
+    std::string known = internal::kAutoEncoding;
+    for (const ComponentInfo* c : registry.List()) {
+      if (c->kind == REFIT_KIND_ENCODING) known += (known.empty() ? "" : ", ") + c->name;
+    }
+    return Status::NotFound("unknown encoding '" + encoding + "' (known: " + known + ")");
+  }
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> base, SafetensorsFile::Open(base_path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> next, SafetensorsFile::Open(new_path));
+  Metadata md = {{"refit.format", kDeltaFormat},
+                 {"refit.base_digest", HexDigest(ModelDigest(base->tensors()))},
+                 {"refit.new_digest", HexDigest(ModelDigest(next->tensors()))},
+                 {"refit.tensors", SerializeTensorSpecs(internal::SpecsOf(next->tensors()))}};
+  DeltaOptions options;
+  options.encoding = encoding;
+  DeltaEncodeStats encoded;
+  REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> delta,
+                        internal::EncodeTensorSets(base->tensors(), next->tensors(), options, md,
+                                                   registry, config, &encoded));
+  REFIT_RETURN_NOT_OK(internal::WriteFileAtomic(
+      out_path, std::string_view(reinterpret_cast<const char*>(delta.data()), delta.size())));
+  DiffStats stats;
+  stats.tensors = next->tensors().size();
+  stats.total_elements = encoded.total_elements;
+  stats.changed_elements = encoded.changed_elements;
+  stats.model_bytes = encoded.model_bytes;
+  stats.delta_bytes = delta.size();
+  stats.records = encoded.records;
+  return stats;
+}
+
+Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& delta_path,
+                             const std::string& out_path, const Registry& registry,
+                             const Config* config) {
+  Stopwatch total;
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<MappedFile> delta_file, MappedFile::Open(delta_path));
+  REFIT_ASSIGN_OR_RAISE(Payload delta,
+                        Payload::Parse(delta_file->data(), delta_file->size(), delta_path));
+  if (delta.MetadataOr("refit.format", "") != kDeltaFormat) {
+    return Status::Corrupt(delta_path + ": not a refit delta (made by `refit diff`)");
+  }
+  REFIT_ASSIGN_OR_RAISE(uint64_t base_digest,
+                        ParseHexDigest(delta.MetadataOr("refit.base_digest", "")));
+  REFIT_ASSIGN_OR_RAISE(uint64_t new_digest,
+                        ParseHexDigest(delta.MetadataOr("refit.new_digest", "")));
+  REFIT_ASSIGN_OR_RAISE(std::vector<TensorSpec> specs,
+                        ParseTensorSpecs(delta.MetadataOr("refit.tensors", "[]"), delta_path));
+
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> base, SafetensorsFile::Open(base_path));
+  uint64_t have = ModelDigest(base->tensors());
+  if (have != base_digest) {
+    return Status::VersionMismatch(
+        "wrong base: " + delta_path + " was made against a base with digest " +
+        HexDigest(base_digest) + ", but " + base_path + " has digest " + HexDigest(have));
+  }
+
+  const std::string tmp = out_path + ".tmp." + std::to_string(::getpid());
+  REFIT_RETURN_NOT_OK(internal::CreateModelFile(tmp, specs, base.get(), {}));
+  base.reset();
+  Status st;
+  ApplyStats stats;
+  {
+    auto out = SafetensorsFile::Open(tmp, /*writable=*/true);
+    st = out.status();
+    if (st.ok()) {
+      std::vector<TensorView> tensors = out.value()->tensors();
+      std::map<std::string, TensorView*> by_name;
+      for (TensorView& t : tensors) by_name[t.name] = &t;
+      internal::EncodingCache encodings(registry, config);
+      std::vector<uint8_t> scratch;
+      st = internal::ApplyPayload(delta, encodings, internal::CanonicalResolver(by_name),
+                                  UINT64_MAX, scratch, &stats);
+      if (st.ok() && ModelDigest(out.value()->tensors()) != new_digest) {
+        st = Status::Corrupt(delta_path +
+                             ": result does not match the digest of the new checkpoint");
+      }
+      if (st.ok()) st = out.value()->Sync();
+    }
+  }
+  if (st.ok() && ::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    st = Status::IoError("rename " + tmp + " to " + out_path + ": " + std::strerror(errno));
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  std::string dir =
+      out_path.find('/') == std::string::npos ? "." : out_path.substr(0, out_path.rfind('/'));
+  REFIT_RETURN_NOT_OK(internal::FsyncPath(dir.empty() ? "/" : dir));
+  stats.payloads = 1;
+  stats.payload_bytes = delta_file->size();
+  stats.total_seconds = total.Seconds();
+  return stats;
+}
+
+}  // namespace refit

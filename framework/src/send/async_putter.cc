@@ -1,0 +1,59 @@
+#include "send/async_putter.h"
+
+#include "common/stopwatch.h"
+
+namespace refit::internal {
+
+AsyncPutter::AsyncPutter(PutFn put) : put_(std::move(put)), thread_([this] { Run(); }) {}
+
+AsyncPutter::~AsyncPutter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status AsyncPutter::Submit(std::string key, std::vector<uint8_t>&& payload) {
+  Stopwatch clock;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !has_work_ && !busy_; });
+  wait_seconds_ += clock.Seconds();
+  if (!error_.ok()) return error_;
+  slot_key_ = std::move(key);
+  slot_ = std::move(payload);
+  has_work_ = true;
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status AsyncPutter::Drain() {
+  Stopwatch clock;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !has_work_ && !busy_; });
+  wait_seconds_ += clock.Seconds();
+  return error_;
+}
+
+void AsyncPutter::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return has_work_ || stop_; });
+    if (!has_work_ && stop_) return;
+    std::vector<uint8_t> payload = std::move(slot_);
+    std::string key = std::move(slot_key_);
+    has_work_ = false;
+    busy_ = true;
+    lock.unlock();
+    Status st = error_.ok() ? put_(key, payload) : Status::OK();
+    payload.clear();
+    payload.shrink_to_fit();
+    lock.lock();
+    if (!st.ok() && error_.ok()) error_ = st;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace refit::internal

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "refit/status.h"
+
+namespace refit::internal {
+
+// Puts payloads on a background thread: at most one being written while the next one is built.
+class AsyncPutter {
+ public:
+  using PutFn = std::function<Status(const std::string& key, const std::vector<uint8_t>& bytes)>;
+  explicit AsyncPutter(PutFn put);
+  ~AsyncPutter();
+  // Blocks until the writer is idle, then hands over the payload. Returns an earlier put's error.
+  Status Submit(std::string key, std::vector<uint8_t>&& payload);
+  // Waits for the last put; returns the first error.
+  Status Drain();
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  void Run();
+  PutFn put_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string slot_key_;
+  std::vector<uint8_t> slot_;
+  bool has_work_ = false;
+  bool busy_ = false;
+  bool stop_ = false;
+  Status error_;
+  double wait_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace refit::internal

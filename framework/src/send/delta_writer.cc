@@ -1,0 +1,326 @@
+#include "send/delta_writer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/stopwatch.h"
+#include "refit/kernels/diff.h"
+
+namespace refit::internal {
+
+// One chunk in flight: its inputs, reusable scratch, and the encoded result awaiting commit.
+struct DeltaWriter::Slot {
+  bool pending = false;  // submitted and not yet committed (caller's thread only)
+  bool done = false;     // computed (guarded by slot_mu_)
+  std::shared_ptr<const SliceSource> src;
+  Box rel;
+  // Scratch is overwritten before it is read: no zero-fill when it grows.
+  kernels::UninitVector<uint8_t> old_scratch;
+  kernels::UninitVector<uint8_t> new_scratch;
+  kernels::PositionList positions;
+  kernels::ValueList old_values;  // the changed elements' bits, packed (encode input, ABI 1.2)
+  kernels::ValueList new_values;
+  kernels::UninitVector<uint8_t> best;
+  kernels::UninitVector<uint8_t> trial;
+  std::vector<uint64_t> sizes;
+  // Results.
+  Status status;
+  RecordHeader header;
+  refit_encode_input_t in{};
+  const Encoding* chosen = nullptr;  // null: dense
+  uint64_t encoded_len = 0;
+  double diff_seconds = 0;
+  double encode_seconds = 0;
+};
+
+unsigned DeltaWriter::ResolveThreads(int64_t configured) {
+  if (configured > 0) return static_cast<unsigned>(std::min<int64_t>(configured, 256));
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+}
+
+DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
+                         uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
+                         unsigned threads)
+    : encodings_(encodings),
+      encoding_(std::move(encoding)),
+      chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1024)),
+      bucket_bytes_(std::max<uint64_t>(bucket_bytes, 1024)),
+      builder_(std::move(payload_metadata)),
+      flush_(std::move(flush)),
+      threads_(ResolveThreads(threads)) {
+  // One allocation per payload instead of a reallocation chain while records are appended.
+  if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
+}
+
+DeltaWriter::~DeltaWriter() {
+  pool_.reset();  // runs what is queued (slots stay alive), then joins
+}
+
+Status DeltaWriter::Prepare() {
+  if (prepared_) return Status::OK();
+  REFIT_ASSIGN_OR_RAISE(dense_, encodings_.Get("dense"));
+  if (encoding_ == kAutoEncoding) {
+    REFIT_ASSIGN_OR_RAISE(auto_, encodings_.Auto());
+  } else if (encoding_ != "dense") {
+    REFIT_ASSIGN_OR_RAISE(single_, encodings_.Get(encoding_));
+  }
+  for (unsigned i = 0; i < threads_; ++i) slots_.push_back(std::make_unique<Slot>());
+  if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_);
+  prepared_ = true;
+  return Status::OK();
+}
+
+Status DeltaWriter::Add(const SliceSource& s) {
+  REFIT_RETURN_NOT_OK(Prepare());
+  const uint32_t elem = SizeOf(s.dtype);
+  Box rel;
+  rel.offset.assign(s.local_box.extent.size(), 0);
+  rel.extent = s.local_box.extent;
+  uint64_t n = BoxElements(rel);
+  total_elements += n;
+  model_bytes += n * elem;
+  auto src = std::make_shared<const SliceSource>(s);
+  for (const Box& chunk : SplitBox(rel, std::max<uint64_t>(chunk_bytes_ / elem, 1))) {
+    Slot& slot = *slots_[next_slot_];
+    // Slots are used round-robin, so the one to reuse is the oldest: commits stay in order.
+    if (slot.pending) REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
+    slot.src = src;
+    slot.rel = chunk;
+    slot.pending = true;
+    slot.done = false;
+    next_slot_ = (next_slot_ + 1) % slots_.size();
+    if (pool_) {
+      pool_->Submit([this, &slot] {
+        Compute(slot);
+        std::lock_guard<std::mutex> lock(slot_mu_);
+        slot.done = true;
+        slot_cv_.notify_all();
+      });
+    } else {
+      Compute(slot);
+      slot.done = true;
+      REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
+    }
+  }
+  return Status::OK();
+}
+
+void DeltaWriter::Compute(Slot& slot) {
+  const SliceSource& s = *slot.src;
+  const Box& rel = slot.rel;
+  const uint32_t elem = SizeOf(s.dtype);
+  const uint64_t n = BoxElements(rel);
+  Box local = rel;
+  for (size_t d = 0; d < rel.offset.size(); ++d) local.offset[d] += s.local_box.offset[d];
+  slot.status = Status::OK();
+  slot.chosen = nullptr;
+  slot.encoded_len = 0;
+
+  // Contiguous boxes are read in place; others are gathered once into scratch.
+  const uint8_t* new_bits;
+  const uint8_t* old_bits = nullptr;
+  Stopwatch diff_clock;
+  if (BoxIsContiguous(s.local_shape, local)) {
+    uint64_t start = BoxStartElement(s.local_shape, local) * elem;
+    new_bits = s.new_bits + start;
+    if (s.old_bits != nullptr) old_bits = s.old_bits + start;
+  } else {
+    slot.new_scratch.resize(n * elem);
+    GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
+    new_bits = slot.new_scratch.data();
+    if (s.old_bits != nullptr) {
+      slot.old_scratch.resize(n * elem);
+      GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
+      old_bits = slot.old_scratch.data();
+    }
+  }
+  slot.positions.clear();
+  slot.old_values.clear();
+  slot.new_values.clear();
+  uint64_t changed = n;
+  uint64_t digest = 0;
+  // Only an encoder reads the packed values (a dense record copies the bits at commit).
+  const bool encodes = single_ != nullptr || auto_ != nullptr;
+  if (old_bits != nullptr) {
+    // One pass: each block of the new bits is digested while the diff has it in cache, and the
+    // changed elements' bits are copied out of it for the encoder.
+    kernels::ChangedValues values;
+    if (encodes) values = {&slot.old_values, &slot.new_values};
+    const kernels::DiffDigest d =
+        kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions, values);
+    changed = d.changed;
+    digest = d.digest;
+  } else {
+    digest = kernels::Digest64(new_bits, n * elem);
+  }
+  slot.diff_seconds = diff_clock.Seconds();
+  slot.encode_seconds = 0;
+  RecordHeader& h = slot.header;
+  h = RecordHeader();
+  h.changed = changed;
+  if (changed == 0) return;
+
+  Stopwatch encode_clock;
+  refit_encode_input_t& in = slot.in;
+  in = refit_encode_input_t{};
+  in.struct_size = sizeof(in);
+  in.dtype = static_cast<int32_t>(s.dtype);
+  in.elem_size = elem;
+  in.n_elems = n;
+  in.old_bits = old_bits;
+  in.new_bits = new_bits;
+  in.positions = old_bits != nullptr ? slot.positions.data() : nullptr;
+  in.n_changed = changed;
+  if (old_bits != nullptr && encodes) {
+    in.old_values = slot.old_values.data();
+    in.new_values = slot.new_values.data();
+  }
+
+  h.tensor = s.tensor;
+  h.dtype = s.dtype;
+  h.shape = s.canonical_shape;
+  h.box_offset = rel.offset;
+  for (size_t d = 0; d < rel.offset.size(); ++d) h.box_offset[d] += s.canonical_offset[d];
+  h.box_extent = rel.extent;
+  h.digest = digest;
+  h.create = old_bits == nullptr;
+
+  // Encoded into scratch first: a record the encoding would make at least as large as the bits
+  // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
+  // dense copy is made at commit, straight into the payload.
+  if (old_bits == nullptr || !encodes) return;
+  auto encode = [&](const Encoding* enc, kernels::UninitVector<uint8_t>& out) -> Result<uint64_t> {
+    uint64_t cap = enc->MaxEncodedSize(in);
+    if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");
+    out.resize(cap);
+    return enc->Encode(in, out.data(), cap);
+  };
+  const uint64_t dense_bytes = n * elem;
+  if (single_ != nullptr) {
+    Result<uint64_t> written = encode(single_, slot.best);
+    if (!written.ok()) {
+      slot.status = written.status();
+      return;
+    }
+    if (written.value() < dense_bytes) {
+      slot.chosen = single_;
+      slot.encoded_len = written.value();
+    }
+  } else {
+    // Every candidate runs; the smallest so far stays in `best`.
+    const auto& cands = auto_->candidates;
+    slot.sizes.assign(cands.size(), UINT64_MAX);
+    size_t smallest = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      Result<uint64_t> written = encode(cands[i], slot.trial);
+      if (!written.ok()) {
+        slot.status = written.status();
+        return;
+      }
+      slot.sizes[i] = written.value();
+      if (smallest == cands.size() || written.value() < slot.sizes[smallest]) {
+        smallest = i;
+        std::swap(slot.best, slot.trial);
+      }
+    }
+    size_t pick = smallest;
+    if (auto_->fastest && smallest < cands.size()) {
+      const double limit = static_cast<double>(slot.sizes[smallest]) * auto_->budget;
+      for (size_t i = 0; i < cands.size(); ++i) {
+        if (static_cast<double>(slot.sizes[i]) <= limit) {
+          pick = i;
+          break;
+        }
+      }
+      if (pick != smallest) {
+        Result<uint64_t> written = encode(cands[pick], slot.best);
+        if (!written.ok()) {
+          slot.status = written.status();
+          return;
+        }
+      }
+    }
+    if (pick < cands.size() && slot.sizes[pick] < dense_bytes) {
+      slot.chosen = cands[pick];
+      slot.encoded_len = slot.sizes[pick];
+    }
+  }
+  slot.encode_seconds = encode_clock.Seconds();
+}
+
+Status DeltaWriter::WaitAndCommit(Slot& slot) {
+  {
+    std::unique_lock<std::mutex> lock(slot_mu_);
+    slot_cv_.wait(lock, [&] { return slot.done; });
+  }
+  slot.pending = false;
+  Status st = Commit(slot);
+  slot.src.reset();
+  if (!st.ok()) return st.WithContext("tensor '" + slot.header.tensor + "'");
+  return st;
+}
+
+Status DeltaWriter::Commit(Slot& slot) {
+  diff_seconds += slot.diff_seconds;
+  encode_seconds += slot.encode_seconds;
+  if (!slot.status.ok()) {
+    slot.header.tensor = slot.src->tensor;
+    return slot.status;
+  }
+  RecordHeader& h = slot.header;
+  const uint64_t changed = h.changed;
+  if (changed == 0) {
+    h.tensor = slot.src->tensor;
+    return Status::OK();
+  }
+  std::string tensor = h.tensor;
+  if (slot.chosen != nullptr) {
+    if (!builder_.empty() && builder_.data_bytes() + slot.encoded_len > bucket_bytes_) {
+      REFIT_RETURN_NOT_OK(Flush());
+    }
+    h.encoding = slot.chosen->name();
+    h.op = slot.chosen->op();
+    builder_.Add(std::move(h), slot.best.data(), slot.encoded_len);
+  } else {
+    Stopwatch clock;
+    uint64_t cap = dense_->MaxEncodedSize(slot.in);
+    if (cap == 0) return Status::Internal("encoding 'dense' cannot size its output");
+    if (!builder_.empty() && builder_.data_bytes() + cap > bucket_bytes_)
+      REFIT_RETURN_NOT_OK(Flush());
+    h.encoding = dense_->name();
+    h.op = dense_->op();
+    uint8_t* out = builder_.AddInPlace(std::move(h), cap);
+    REFIT_ASSIGN_OR_RAISE(uint64_t written, dense_->Encode(slot.in, out, cap));
+    builder_.TrimLast(written);
+    encode_seconds += clock.Seconds();
+  }
+  slot.header.tensor = std::move(tensor);  // for the caller's error context
+  changed_elements += changed;
+  changed_bytes += changed * SizeOf(slot.src->dtype);
+  ++records;
+  return Status::OK();
+}
+
+Status DeltaWriter::DrainSlots() {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Slot& slot = *slots_[(next_slot_ + k) % slots_.size()];
+    if (slot.pending) REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
+  }
+  return Status::OK();
+}
+
+Status DeltaWriter::Flush() {
+  if (builder_.empty()) return Status::OK();
+  uint64_t n = builder_.num_records();
+  REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> payload, builder_.Finish());
+  Status st = flush_(std::move(payload), n);
+  if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
+  return st;
+}
+
+Status DeltaWriter::Finish() {
+  REFIT_RETURN_NOT_OK(DrainSlots());
+  return Flush();
+}
+
+}  // namespace refit::internal

@@ -1,0 +1,92 @@
+// Diff -> encode -> pack: the sender's records, built on worker threads, appended in order.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/box.h"
+#include "common/worker_pool.h"
+#include "format/wire.h"
+#include "plugins/encoding_cache.h"
+#include "send/auto_policy.h"
+
+namespace refit::internal {
+
+// One slice to diff and encode: a box of a local tensor that maps onto a box (same extent) of a
+// canonical tensor.
+struct SliceSource {
+  std::string tensor;  // canonical name
+  DType dtype = DType::kU8;
+  Shape canonical_shape;
+  Shape canonical_offset;
+  Shape local_shape;
+  Box local_box;
+  const uint8_t* new_bits = nullptr;  // local tensor base
+  const uint8_t* old_bits = nullptr;  // local baseline base; null for a full sync
+};
+
+// Diffs, encodes and packs records into size-capped payloads, handing each full payload to
+// `flush`. Chunks are diffed and encoded on `threads` workers (0: hardware concurrency, 1: inline
+// on the caller's thread) but appended in their original order and flushed on sizes alone, so the
+// payload bytes do not depend on timing or the thread count. At most `threads` chunks (each with
+// its positions and encoded scratch) are in flight.
+//
+// The bits an added slice points to must stay valid and unchanged until Finish() returns.
+class DeltaWriter {
+ public:
+  using FlushFn = std::function<Status(std::vector<uint8_t>&& payload, uint64_t records)>;
+  DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
+              uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
+              unsigned threads = 0);
+  ~DeltaWriter();  // waits for chunks still in flight (after an error)
+
+  Status Add(const SliceSource& slice);
+  Status Finish();  // waits for every chunk, flushes the last partial payload
+  // Sizes the payload being built for about `bytes` up front (before the first Add): one
+  // allocation instead of a chain of reallocations, each copying and faulting in fresh pages.
+  void ReserveOutput(uint64_t bytes) {
+    if (builder_.empty()) builder_.Reserve(bytes);
+  }
+
+  uint64_t total_elements = 0;
+  uint64_t changed_elements = 0;
+  uint64_t model_bytes = 0;
+  uint64_t changed_bytes = 0;
+  uint64_t records = 0;
+  double diff_seconds = 0;    // summed over worker threads
+  double encode_seconds = 0;  // summed over worker threads
+
+  static unsigned ResolveThreads(int64_t configured);  // <= 0: hardware concurrency
+
+ private:
+  struct Slot;
+  Status Prepare();
+  void Compute(Slot& slot);   // diff + digest + encode (any thread)
+  Status Commit(Slot& slot);  // append in order (caller's thread)
+  Status WaitAndCommit(Slot& slot);
+  Status DrainSlots();
+  Status Flush();
+
+  EncodingCache& encodings_;
+  std::string encoding_;
+  uint64_t chunk_bytes_;
+  uint64_t bucket_bytes_;
+  PayloadBuilder builder_;
+  FlushFn flush_;
+  unsigned threads_;
+  bool prepared_ = false;
+  const Encoding* dense_ = nullptr;
+  const Encoding* single_ = nullptr;  // the configured encoding unless auto/dense
+  const AutoPolicy* auto_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t next_slot_ = 0;
+  std::mutex slot_mu_;
+  std::condition_variable slot_cv_;
+  std::unique_ptr<WorkerPool> pool_;
+};
+
+}  // namespace refit::internal

@@ -1,0 +1,668 @@
+// The sender pipeline: baseline -> bitwise diff -> encode -> bucket -> transport -> manifest ->
+// commit; the baseline advances only after every receiver acknowledged (DESIGN invariant 3).
+#include "refit/sender.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/stopwatch.h"
+#include "faults/faults.h"
+#include "format/model_file.h"
+#include "plugins/encoding_cache.h"
+#include "plugins/layout_map.h"
+#include "protocol/verified_io.h"
+#include "receive/apply.h"
+#include "receive/journal.h"
+#include "refit/kernels/diff.h"
+#include "refit/offline.h"
+#include "refit/receiver.h"
+#include "send/async_putter.h"
+#include "send/auto_policy.h"
+#include "send/delta_writer.h"
+
+namespace refit {
+
+using internal::LocalSlice;
+using internal::Stopwatch;
+using json = nlohmann::json;
+
+namespace {
+
+Status MakeDirs(const std::string& path) {
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Status::IoError("mkdir " + partial + ": " + std::strerror(errno));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+struct Sender::Impl {
+  Config config;
+  std::shared_ptr<Registry> registry;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Layout> layout;
+  std::unique_ptr<internal::EncodingCache> encodings;
+  int rank = 0;
+  int world = 1;
+  std::string state_dir;
+  std::string encoding;
+  uint64_t bucket_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  unsigned threads = 1;
+  std::vector<std::string> receivers;
+  double ack_timeout = 600;
+  int64_t full_every = 0;
+  int64_t poll_ms = 50;
+  // Read every object back after putting it: a commit is written only once every object it
+  // names is verified in storage (a put may report success and store nothing, or other bytes).
+  bool verify_puts = true;
+  // Mode "pp": ranks are gathered in stages of stage_ranks consecutive ranks; a stage's members
+  // publish into a node-local staging transport, and its leader (the stage's first rank) forwards
+  // their deltas with its own. Mode "tp": every rank publishes to the transport itself.
+  bool pp_mode = false;
+  int stage_ranks = 1;
+  std::unique_ptr<Transport> stage;  // pp members and leaders: the node-local staging area
+  Transport* out = nullptr;          // where this rank's payloads and manifest go
+  bool IsStageLeader() const { return !pp_mode || rank % stage_ranks == 0; }
+  std::string receiver_layout;  // empty: receivers hold canonical tensors
+  int receiver_world = 1;
+  internal::ShardCuts cuts;
+  std::optional<std::set<std::string>> cuts_for;
+
+  uint64_t baseline_version = 0;
+  uint64_t published_version = 0;
+  bool published_full = false;
+  bool force_full = false;
+  std::unique_ptr<SafetensorsFile> baseline;
+  std::vector<Ack> acks;
+  uint64_t advance_resumed_entries = 0;  // of the last baseline advance
+
+  std::string StatePath() const { return state_dir + "/sender.r" + std::to_string(rank) + ".json"; }
+  std::string BaselinePath() const {
+    return state_dir + "/baseline.r" + std::to_string(rank) + ".safetensors";
+  }
+  std::string PendingPath() const {
+    return state_dir + "/pending.r" + std::to_string(rank) + ".safetensors";
+  }
+
+  Status PutChecked(Transport& t, const std::string& key, const uint8_t* data, uint64_t len) {
+    return verify_puts ? internal::PutVerified(t, key, data, len) : t.Put(key, data, len);
+  }
+
+  Status SaveState() {
+    json j = {{"baseline_version", baseline_version},
+              {"published_version", published_version},
+              {"published_full", published_full},
+              {"force_full", force_full}};
+    return internal::WriteFileAtomic(StatePath(), j.dump(1));
+  }
+
+  Status LoadState() {
+    auto text = internal::ReadSmallFile(StatePath(), 1 << 20);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) return Status::OK();
+      return text.status();
+    }
+    json j = json::parse(text.value(), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j["baseline_version"].is_number_unsigned() ||
+        !j["published_version"].is_number_unsigned()) {
+      return Status::Corrupt(StatePath() +
+                             ": unreadable sender state (remove the state_dir to "
+                             "start over with a full sync)");
+    }
+    baseline_version = j["baseline_version"].get<uint64_t>();
+    published_version = j["published_version"].get<uint64_t>();
+    published_full = j.value("published_full", false);
+    force_full = j.value("force_full", false);
+    if (baseline_version > 0) {
+      auto file = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
+      if (!file.ok()) {
+        // A lost baseline only costs a full sync; it never corrupts receivers.
+        baseline_version = 0;
+        force_full = true;
+      } else {
+        baseline = std::move(file).value();
+      }
+    }
+    return Status::OK();
+  }
+
+  // The slices this rank sends (a replicated slice is sent by its owner rank only).
+  Result<std::vector<LocalSlice>> MapAll(const std::vector<TensorView>& tensors) {
+    REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> all,
+                          internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
+    std::vector<LocalSlice> out;
+    for (LocalSlice& s : all) {
+      if (s.map.map.replicated && s.map.map.owner_rank != rank) continue;
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // Records never straddle a receiver shard: with sender.receiver_layout set, slices are cut at
+  // the receivers' shard boundaries (computed once per canonical tensor set).
+  Result<const internal::ShardCuts*> Cuts(const std::vector<LocalSlice>& slices,
+                                          const std::map<std::string, const TensorView*>& locals) {
+    if (receiver_layout.empty()) return nullptr;
+    std::vector<TensorSpec> canonical;
+    std::set<std::string> seen;
+    for (const LocalSlice& s : slices) {
+      if (!seen.insert(s.map.canonical_name).second) continue;
+      const refit_slice_map_t& sm = s.map.map;
+      canonical.push_back({s.map.canonical_name, locals.at(s.local_name)->dtype,
+                           Shape(sm.canonical_shape, sm.canonical_shape + sm.ndim)});
+    }
+    if (!cuts_for || *cuts_for != seen) {
+      REFIT_ASSIGN_OR_RAISE(cuts, internal::ReceiverShardCuts(*registry, &config, receiver_layout,
+                                                              receiver_world, canonical));
+      cuts_for = seen;
+    }
+    return &cuts;
+  }
+
+  // A pp stage leader forwards its members' manifests and payloads (deltas, or their shards
+  // on a full sync) from the staging area, each verified against its manifest, to the transport.
+  Status ForwardStage(uint64_t version) {
+    Stopwatch wait;
+    for (int member = rank + 1; member < rank + stage_ranks && member < world; ++member) {
+      const std::string key = ManifestKey(version, member);
+      std::vector<uint8_t> mbytes;
+      while (true) {
+        auto got = stage->GetAll(key, internal::kMaxControlBytes);
+        if (got.ok()) {
+          mbytes = std::move(got).value();
+          break;
+        }
+        if (got.status().code() != StatusCode::kNotFound) return got.status();
+        if (wait.Seconds() > ack_timeout) {
+          return Status::Timeout("stage member rank " + std::to_string(member) +
+                                 " staged no manifest for version " + std::to_string(version));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+      }
+      REFIT_ASSIGN_OR_RAISE(Manifest staged, ParseManifest(mbytes.data(), mbytes.size(), key));
+      if (staged.version != version || staged.rank != member) {
+        return Status::Corrupt(key + ": staged manifest names another version or rank");
+      }
+      for (const PayloadRef& p : staged.payloads) {
+        REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> bytes, stage->GetAll(p.key, p.bytes));
+        if (bytes.size() != p.bytes || kernels::Digest64(bytes.data(), bytes.size()) != p.xxh3) {
+          return Status::Corrupt(p.key + ": staged payload differs from its manifest");
+        }
+        REFIT_RETURN_NOT_OK(PutChecked(*transport, p.key, bytes.data(), bytes.size()));
+      }
+      REFIT_RETURN_NOT_OK(PutChecked(*transport, key, mbytes.data(), mbytes.size()));
+    }
+    return Status::OK();
+  }
+
+  // Rank 0: the commit marker of `version`, once every rank's manifest exists (waits for them).
+  Result<std::string> BuildCommit(uint64_t version) {
+    Commit commit;
+    commit.version = version;
+    commit.full = true;
+    commit.world = world;
+    std::optional<uint64_t> delta_base;
+    Stopwatch wait;
+    for (int r = 0; r < world; ++r) {
+      const std::string key = ManifestKey(version, r);
+      std::vector<uint8_t> bytes;
+      while (true) {
+        auto got = internal::GetStable(*transport, key, internal::kMaxControlBytes);
+        if (got.ok()) {
+          bytes = std::move(got).value();
+          break;
+        }
+        if (got.status().code() != StatusCode::kNotFound) return got.status();
+        if (wait.Seconds() > ack_timeout) {
+          return Status::Timeout("rank " + std::to_string(r) + " wrote no manifest for version " +
+                                 std::to_string(version));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+      }
+      REFIT_ASSIGN_OR_RAISE(Manifest rm, ParseManifest(bytes.data(), bytes.size(), key));
+      if (rm.version != version) {
+        return Status::Corrupt(key + ": names version " + std::to_string(rm.version));
+      }
+      // Ranks decide full vs delta on their own (a rank that lost its baseline goes full): the
+      // version is full only when every rank's part is, and every delta part must share a base.
+      commit.full = commit.full && rm.full;
+      if (!rm.full) {
+        if (delta_base && rm.base_version != delta_base) {
+          return Status::Internal("version " + std::to_string(version) +
+                                  ": ranks diffed against different base versions");
+        }
+        delta_base = rm.base_version;
+      }
+      commit.manifests.push_back(
+          {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
+    }
+    commit.base_version = commit.full ? std::nullopt : delta_base;
+    return SerializeCommit(commit);
+  }
+
+  // An earlier attempt at version published_version+1 died (killed, or a put failed) before this
+  // rank's state said it was published. If its commit is out there, the version is committed:
+  // adopt it (rank 0 first rewrites a commit that does not read back as it should). Otherwise no
+  // receiver can have seen it: remove this rank's leftovers, and the version number is reused.
+  Status RecoverUnfinished(SyncStats* stats) {
+    const uint64_t version = published_version + 1;
+    REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> commit_size, transport->Size(CommitKey(version)));
+    if (!commit_size.has_value()) {
+      const std::string mine = VersionDir(version) + "/payload.r" + std::to_string(rank) + ".";
+      const std::string manifest = ManifestKey(version, rank);
+      REFIT_ASSIGN_OR_RAISE(auto stale, out->List(VersionDir(version) + "/"));
+      for (const auto& entry : stale) {
+        if (entry.first.compare(0, mine.size(), mine) != 0 && entry.first != manifest) continue;
+        REFIT_RETURN_NOT_OK(out->Remove(entry.first));
+        stats->republished = true;
+      }
+      return Status::OK();
+    }
+    if (rank == 0) {
+      REFIT_ASSIGN_OR_RAISE(std::string expected, BuildCommit(version));
+      auto stored = internal::GetStable(*transport, CommitKey(version), internal::kMaxControlBytes);
+      if (!stored.ok() || std::string(stored.value().begin(), stored.value().end()) != expected) {
+        REFIT_RETURN_NOT_OK(PutChecked(*transport, CommitKey(version),
+                                       reinterpret_cast<const uint8_t*>(expected.data()),
+                                       expected.size()));
+      }
+    }
+    REFIT_ASSIGN_OR_RAISE(
+        std::vector<uint8_t> mbytes,
+        internal::GetStable(*out, ManifestKey(version, rank), internal::kMaxControlBytes));
+    REFIT_ASSIGN_OR_RAISE(Manifest mine,
+                          ParseManifest(mbytes.data(), mbytes.size(), ManifestKey(version, rank)));
+    published_version = version;
+    published_full = mine.full;
+    force_full = false;
+    REFIT_RETURN_NOT_OK(SaveState());
+    stats->adopted_commit = true;
+    return Status::OK();
+  }
+
+  // An ack answers any version; a "need full" request answers only a delta (a receiver can
+  // always apply a full sync, so for a full version we wait for its ack).
+  bool AnswerPresent(const std::string& receiver, uint64_t version, bool* need_full) {
+    if (ValidAck(receiver, version).has_value()) return true;
+    if (published_full) return false;
+    auto nf = transport->Size(NeedFullKey(receiver));
+    if (nf.ok() && nf.value().has_value()) {
+      *need_full = true;
+      return true;
+    }
+    return false;
+  }
+
+  // The receiver's ack of `version`, if one is stored that parses and names that receiver and
+  // version: a damaged or misplaced ack object is not an acknowledgement (it is re-read on the
+  // next poll; the receiver re-acknowledges a version it holds when it restarts).
+  std::optional<Ack> ValidAck(const std::string& receiver, uint64_t version) {
+    const std::string key = AckKey(receiver, version);
+    auto bytes = internal::GetStable(*transport, key, internal::kMaxControlBytes);
+    if (!bytes.ok()) return std::nullopt;
+    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
+    if (!ack.ok() || ack->receiver != receiver || ack->version != version) return std::nullopt;
+    return std::move(ack).value();
+  }
+
+  // Applies our own published delta (re-read from the transport, digest-verified) to the
+  // baseline, or swaps in the pending full copy.
+  Status AdvanceBaseline() {
+    if (published_full) {
+      baseline.reset();
+      if (::rename(PendingPath().c_str(), BaselinePath().c_str()) != 0) {
+        const int err = errno;
+        // Killed after the rename, before the state said so: the baseline is the full copy.
+        auto current = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
+        if (err != ENOENT || !current.ok() ||
+            !internal::HoldsVersion(*current.value(), published_version)) {
+          return Status::IoError("rename " + PendingPath() + ": " + std::strerror(err));
+        }
+      }
+      REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
+      internal::MaybeKillAt("sender.advance");
+      REFIT_ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
+    } else {
+      if (baseline == nullptr) return Status::Internal("delta published without a baseline");
+      REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
+                            internal::GetStable(*out, ManifestKey(published_version, rank),
+                                                internal::kMaxControlBytes));
+      REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
+                                                      ManifestKey(published_version, rank)));
+      // Canonical record boxes back to local boxes through the same slice maps that made them.
+      std::vector<TensorView> locals = baseline->tensors();
+      std::map<std::string, TensorView*> by_name;
+      for (TensorView& t : locals) by_name[t.name] = &t;
+      REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
+      internal::TensorResolver resolve =
+          internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
+      // xor/step records must reach the baseline exactly once even if we crash in between.
+      const std::string journal_path = state_dir + "/advance.r" + std::to_string(rank) + ".journal";
+      REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
+                            internal::ApplyJournal::Open(journal_path, published_version,
+                                                         baseline_version, /*durable=*/true));
+      advance_resumed_entries = journal->resumed_entries();
+      if (journal->resumed_entries() > 0) {
+        std::vector<TensorView> views = baseline->tensors();
+        std::map<std::string, TensorView*> all;
+        for (TensorView& t : views) all[t.name] = &t;
+        REFIT_RETURN_NOT_OK(journal->Replay(all));
+      }
+      std::vector<uint8_t> scratch;
+      std::vector<uint8_t> bytes;
+      for (const PayloadRef& p : m.payloads) {
+        REFIT_RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
+                                .WithContext("advancing the baseline to version " +
+                                             std::to_string(published_version)));
+        REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
+        REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX,
+                                                   scratch, nullptr, journal.get()));
+        internal::MaybeKillAt("sender.advance");
+      }
+      REFIT_RETURN_NOT_OK(baseline->Sync());
+      baseline_version = published_version;
+      REFIT_RETURN_NOT_OK(SaveState());
+      return journal->Remove();
+    }
+    baseline_version = published_version;
+    return SaveState();
+  }
+};
+
+Sender::Sender() : impl_(std::make_unique<Impl>()) {}
+Sender::~Sender() = default;
+
+Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int world,
+                                             std::shared_ptr<Registry> registry) {
+  std::unique_ptr<Sender> s(new Sender());
+  Impl& m = *s->impl_;
+  m.config = config;
+  m.rank = rank;
+  m.world = world;
+  if (world < 1 || rank < 0 || rank >= world) {
+    return Status::Invalid("rank " + std::to_string(rank) +
+                           " is not in [0, world=" + std::to_string(world) + ")");
+  }
+  m.registry = std::move(registry);
+  if (m.registry == nullptr) {
+    REFIT_ASSIGN_OR_RAISE(m.registry, LoadRegistry(&m.config));
+  }
+  REFIT_RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
+  REFIT_ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("sender.state_dir"));
+  REFIT_ASSIGN_OR_RAISE(m.encoding, m.config.GetString("sender.encoding", internal::kAutoEncoding));
+  REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("sender.threads", 0));
+  m.threads = internal::DeltaWriter::ResolveThreads(threads);
+  REFIT_ASSIGN_OR_RAISE(m.bucket_bytes, m.config.GetSize("sender.bucket_bytes", 64ull << 20));
+  REFIT_ASSIGN_OR_RAISE(m.chunk_bytes, m.config.GetSize("sender.chunk_bytes", 16ull << 20));
+  if (m.chunk_bytes > m.bucket_bytes) m.chunk_bytes = m.bucket_bytes;
+  REFIT_ASSIGN_OR_RAISE(m.receivers, m.config.GetStringList("sender.receivers", {}));
+  REFIT_ASSIGN_OR_RAISE(m.ack_timeout, m.config.GetDouble("sender.ack_timeout_s", 600));
+  REFIT_ASSIGN_OR_RAISE(m.full_every, m.config.GetInt("sender.full_every", 0));
+  REFIT_ASSIGN_OR_RAISE(m.poll_ms, m.config.GetInt("sender.poll_interval_ms", 50));
+  REFIT_ASSIGN_OR_RAISE(std::string mode, m.config.GetString("sender.mode", "tp"));
+  if (mode != "tp" && mode != "pp") {
+    return Status::Invalid(m.config.Where("sender.mode") +
+                           ": sender.mode must be \"tp\" or "
+                           "\"pp\", got \"" +
+                           mode + "\"");
+  }
+  m.pp_mode = mode == "pp";
+  REFIT_ASSIGN_OR_RAISE(int64_t stage_ranks, m.config.GetInt("sender.stage_ranks", 1));
+  if (stage_ranks < 1 || stage_ranks > world) {
+    return Status::Invalid(m.config.Where("sender.stage_ranks") + ": sender.stage_ranks " +
+                           std::to_string(stage_ranks) +
+                           " is not in [1, world=" + std::to_string(world) + "]");
+  }
+  m.stage_ranks = static_cast<int>(stage_ranks);
+  REFIT_ASSIGN_OR_RAISE(m.receiver_layout, m.config.GetString("sender.receiver_layout", ""));
+  REFIT_ASSIGN_OR_RAISE(int64_t receiver_world, m.config.GetInt("sender.receiver_world", 1));
+  if (receiver_world < 1 || receiver_world > 1 << 20) {
+    return Status::Invalid(m.config.Where("sender.receiver_world") +
+                           ": sender.receiver_world must be in [1, 2^20]");
+  }
+  m.receiver_world = static_cast<int>(receiver_world);
+  if (!m.receiver_layout.empty() &&
+      m.registry->Find(REFIT_KIND_LAYOUT, m.receiver_layout) == nullptr) {
+    return Status::Invalid(m.config.Where("sender.receiver_layout") + ": unknown layout '" +
+                           m.receiver_layout + "'");
+  }
+  REFIT_ASSIGN_OR_RAISE(m.verify_puts, m.config.GetBool("sender.verify_puts", true));
+  REFIT_ASSIGN_OR_RAISE(
+      m.transport, internal::CreateTransportWithFaults(*m.registry, m.config, REFIT_ROLE_SENDER,
+                                                       "sender-r" + std::to_string(rank)));
+  m.out = m.transport.get();
+  if (m.pp_mode && m.stage_ranks > 1) {
+    REFIT_ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
+    REFIT_ASSIGN_OR_RAISE(Config stage_config,
+                          Config::FromString("[transport.disk]\ndir = " + json(stage_dir).dump() +
+                                                 "\nfsync = false\n",
+                                             "sender.stage_dir"));
+    REFIT_ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport("disk", REFIT_ROLE_SENDER,
+                                                               "stage-r" + std::to_string(rank),
+                                                               &stage_config, "transport.disk"));
+    if (!m.IsStageLeader()) m.out = m.stage.get();
+  } else {
+    m.pp_mode = false;  // stages of one rank: every rank is its own leader
+  }
+  REFIT_ASSIGN_OR_RAISE(std::string layout, m.config.GetString("layout.name", "hf"));
+  REFIT_ASSIGN_OR_RAISE(
+      m.layout, m.registry->CreateLayout(layout, rank, world, &m.config, "layout." + layout));
+  m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
+  REFIT_RETURN_NOT_OK(MakeDirs(m.state_dir));
+  REFIT_RETURN_NOT_OK(m.LoadState());
+  return s;
+}
+
+uint64_t Sender::baseline_version() const { return impl_->baseline_version; }
+uint64_t Sender::published_version() const { return impl_->published_version; }
+const std::vector<Ack>& Sender::acks() const { return impl_->acks; }
+
+Status Sender::WaitAndAdvance(double timeout_seconds) {
+  Impl& m = *impl_;
+  if (m.published_version == m.baseline_version) return Status::OK();
+  Stopwatch clock;
+  std::set<std::string> pending(m.receivers.begin(), m.receivers.end());
+  bool need_full = false;
+  while (true) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      it =
+          m.AnswerPresent(*it, m.published_version, &need_full) ? pending.erase(it) : std::next(it);
+    }
+    if (pending.empty()) break;
+    if (clock.Seconds() > timeout_seconds) {
+      std::string names;
+      for (const std::string& r : pending) names += (names.empty() ? "" : ", ") + r;
+      return Status::Timeout("version " + std::to_string(m.published_version) +
+                             " not acknowledged within " + std::to_string(timeout_seconds) +
+                             " s by: " + names + " (baseline stays at version " +
+                             std::to_string(m.baseline_version) + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(m.poll_ms));
+  }
+  m.acks.clear();
+  for (const std::string& r : m.receivers) {
+    std::optional<Ack> ack = m.ValidAck(r, m.published_version);
+    if (ack) m.acks.push_back(std::move(*ack));  // else answered with need-full instead
+  }
+  if (need_full) m.force_full = true;
+  REFIT_RETURN_NOT_OK(m.AdvanceBaseline());
+  if (m.out != m.transport.get()) {
+    // A pp stage member's staged parts of this version were forwarded (before the commit) and
+    // are now in the baseline: the node-local staging area keeps nothing older.
+    // Only this rank's objects: a node's stages may share one staging directory.
+    const std::string payloads =
+        VersionDir(m.baseline_version) + "/payload.r" + std::to_string(m.rank) + ".";
+    REFIT_ASSIGN_OR_RAISE(auto staged, m.out->List(payloads));
+    for (const auto& entry : staged) REFIT_RETURN_NOT_OK(m.out->Remove(entry.first));
+    REFIT_RETURN_NOT_OK(m.out->Remove(ManifestKey(m.baseline_version, m.rank)));
+  }
+  return Status::OK();
+}
+
+Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
+  Impl& m = *impl_;
+  Stopwatch total;
+  SyncStats stats;
+  {
+    Stopwatch wait;
+    REFIT_RETURN_NOT_OK(m.RecoverUnfinished(&stats));
+    m.advance_resumed_entries = 0;
+    REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
+    stats.advance_resumed_entries = m.advance_resumed_entries;
+    stats.wait_seconds = wait.Seconds();
+  }
+  const uint64_t version = m.published_version + 1;
+
+  // Same tensor set as the baseline? Otherwise this is a new model: full sync.
+  bool full = m.baseline == nullptr || m.force_full ||
+              (m.full_every > 0 && version % static_cast<uint64_t>(m.full_every) == 0);
+  std::map<std::string, const TensorView*> old_by_name;
+  if (!full) {
+    for (const TensorView& t : m.baseline->tensors()) old_by_name[t.name] = &t;
+    if (old_by_name.size() != weights.size()) full = true;
+    for (const TensorView& t : weights) {
+      auto it = old_by_name.find(t.name);
+      if (it == old_by_name.end() || it->second->dtype != t.dtype || it->second->shape != t.shape) {
+        full = true;
+      }
+    }
+  }
+
+  REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, m.MapAll(weights));
+  std::map<std::string, const TensorView*> new_by_name;
+  for (const TensorView& t : weights) new_by_name[t.name] = &t;
+
+  Manifest manifest;
+  manifest.version = version;
+  if (!full) manifest.base_version = m.baseline_version;
+  manifest.full = full;
+  manifest.rank = m.rank;
+  manifest.world = m.world;
+
+  uint64_t seq = 0;
+  std::vector<PayloadRef> refs;
+  internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
+    Status st = m.PutChecked(*m.out, key, bytes.data(), bytes.size());
+    if (st.ok()) internal::MaybeKillAt("sender.payload_put");
+    return st;
+  });
+  Metadata md = {{"refit.format", kPayloadFormat},
+                 {internal::kVersionMetadataKey, std::to_string(version)},
+                 {"refit.rank", std::to_string(m.rank)}};
+  internal::DeltaWriter writer(
+      *m.encodings, m.encoding, m.chunk_bytes, m.bucket_bytes, md,
+      [&](std::vector<uint8_t>&& payload, uint64_t records) -> Status {
+        PayloadRef ref;
+        ref.key = PayloadKey(version, m.rank, seq++);
+        ref.bytes = payload.size();
+        ref.xxh3 = kernels::Digest64(payload.data(), payload.size());
+        ref.records = records;
+        refs.push_back(ref);
+        return putter.Submit(ref.key, std::move(payload));
+      },
+      m.threads);
+
+  REFIT_ASSIGN_OR_RAISE(const internal::ShardCuts* cuts, m.Cuts(slices, new_by_name));
+  std::set<std::string> canonical_seen;
+  for (const LocalSlice& s : slices) {
+    const TensorView& t = *new_by_name[s.local_name];
+    const refit_slice_map_t& sm = s.map.map;
+    internal::SliceSource src;
+    src.tensor = s.map.canonical_name;
+    src.dtype = t.dtype;
+    src.canonical_shape.assign(sm.canonical_shape, sm.canonical_shape + sm.ndim);
+    src.canonical_offset.assign(sm.canonical_offset, sm.canonical_offset + sm.ndim);
+    src.local_shape = t.shape;
+    src.local_box.offset.assign(sm.local_offset, sm.local_offset + sm.ndim);
+    src.local_box.extent.assign(sm.extent, sm.extent + sm.ndim);
+    src.new_bits = t.bytes();
+    src.old_bits = full ? nullptr : old_by_name[t.name]->bytes();
+    if (full && canonical_seen.insert(src.tensor).second) {
+      manifest.tensors.push_back({src.tensor, src.dtype, src.canonical_shape});
+    }
+    auto cut = cuts != nullptr ? cuts->find(src.tensor) : internal::ShardCuts::const_iterator();
+    if (cuts == nullptr || cut == cuts->end()) {
+      REFIT_RETURN_NOT_OK(writer.Add(src));
+      continue;
+    }
+    // Cut in canonical coordinates, then back to local ones (same extent).
+    Box canonical_box{src.canonical_offset, src.local_box.extent};
+    for (const Box& piece : internal::CutBox(canonical_box, cut->second)) {
+      internal::SliceSource part = src;
+      part.canonical_offset = piece.offset;
+      part.local_box.extent = piece.extent;
+      for (size_t d = 0; d < piece.offset.size(); ++d) {
+        part.local_box.offset[d] += piece.offset[d] - src.canonical_offset[d];
+      }
+      REFIT_RETURN_NOT_OK(writer.Add(part));
+    }
+  }
+  REFIT_RETURN_NOT_OK(writer.Finish());
+  REFIT_RETURN_NOT_OK(putter.Drain());
+  stats.send_seconds = putter.wait_seconds();
+
+  manifest.payloads = refs;
+  manifest.total_elements = writer.total_elements;
+  manifest.changed_elements = writer.changed_elements;
+  manifest.model_bytes = writer.model_bytes;
+  manifest.changed_bytes = writer.changed_bytes;
+  for (const PayloadRef& r : refs) manifest.payload_bytes += r.bytes;
+  std::string mtext = SerializeManifest(manifest);
+  const std::string mkey = ManifestKey(version, m.rank);
+  REFIT_RETURN_NOT_OK(
+      m.PutChecked(*m.out, mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+  internal::MaybeKillAt("sender.manifest_put");
+  if (m.pp_mode && m.IsStageLeader()) REFIT_RETURN_NOT_OK(m.ForwardStage(version));
+
+  // Keep what we published so the baseline can advance to it once acknowledged.
+  if (full)
+    REFIT_RETURN_NOT_OK(WriteSafetensors(
+        m.PendingPath(), weights, {{internal::kVersionMetadataKey, std::to_string(version)}}));
+
+  if (m.rank == 0) {
+    // The commit marker is written last, once every rank's manifest exists.
+    REFIT_ASSIGN_OR_RAISE(std::string ctext, m.BuildCommit(version));
+    REFIT_RETURN_NOT_OK(m.PutChecked(*m.transport, CommitKey(version),
+                                     reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
+    internal::MaybeKillAt("sender.commit_put");
+  }
+  m.published_version = version;
+  m.published_full = full;
+  m.force_full = false;
+  REFIT_RETURN_NOT_OK(m.SaveState());
+
+  stats.version = version;
+  stats.base_version = manifest.base_version;
+  stats.full = full;
+  stats.tensors = weights.size();
+  stats.total_elements = writer.total_elements;
+  stats.changed_elements = writer.changed_elements;
+  stats.model_bytes = writer.model_bytes;
+  stats.changed_bytes = writer.changed_bytes;
+  stats.payload_bytes = manifest.payload_bytes;
+  stats.records = writer.records;
+  stats.payloads = refs.size();
+  stats.diff_seconds = writer.diff_seconds;
+  stats.encode_seconds = writer.encode_seconds;
+  stats.total_seconds = total.Seconds();
+  return stats;
+}
+
+}  // namespace refit
