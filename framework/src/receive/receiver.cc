@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
 #include "format/model_file.h"
@@ -76,16 +77,20 @@ struct Receiver::Impl {
       // No state, or state we cannot read: never guess, ask for a full sync.
       return text.status().code() == StatusCode::kNotFound ? Status::OK() : text.status();
     }
-    json j = json::parse(text.value(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["version"].is_number_unsigned()) {
-      return Status::OK();
-    }
+    Result<json> parsed = internal::ParseStateObject(text.value(), StatePath());
+    if (!parsed.ok() || !parsed->contains("version")) return Status::OK();
+    // A value of the wrong type is not a state we can trust or silently drop: say which key.
+    const json& j = parsed.value();
+    uint64_t saved_version = 0, saved_applying = 0, saved_replacing = 0;
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "version", &saved_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "applying", &saved_applying));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "replacing", &saved_replacing));
     auto file = SafetensorsFile::Open(ModelPath(), /*writable=*/true);
     if (!file.ok()) return Status::OK();
     model = std::move(file).value();
-    version = j["version"].get<uint64_t>();
-    applying = j.value("applying", uint64_t{0});
-    replacing = j.value("replacing", uint64_t{0});
+    version = saved_version;
+    applying = saved_applying;
+    replacing = saved_replacing;
     if (replacing != 0) {
       // Killed around the rename of a full sync: the file says which version it is.
       if (internal::HoldsVersion(*model, replacing)) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
 #include "format/model_file.h"
@@ -119,17 +120,17 @@ struct Sender::Impl {
       if (text.status().code() == StatusCode::kNotFound) return Status::OK();
       return text.status();
     }
-    json j = json::parse(text.value(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["baseline_version"].is_number_unsigned() ||
-        !j["published_version"].is_number_unsigned()) {
+    REFIT_ASSIGN_OR_RAISE(json j, internal::ParseStateObject(text.value(), StatePath()));
+    if (!j.contains("baseline_version") || !j.contains("published_version")) {
       return Status::Corrupt(StatePath() +
                              ": unreadable sender state (remove the state_dir to "
                              "start over with a full sync)");
     }
-    baseline_version = j["baseline_version"].get<uint64_t>();
-    published_version = j["published_version"].get<uint64_t>();
-    published_full = j.value("published_full", false);
-    force_full = j.value("force_full", false);
+    const std::string path = StatePath();
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "baseline_version", &baseline_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_version", &published_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_full", &published_full));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "force_full", &force_full));
     if (baseline_version > 0) {
       auto file = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
       if (!file.ok()) {
