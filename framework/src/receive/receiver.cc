@@ -2,11 +2,8 @@
 // within a byte cap -> verify each record's digest -> commit the version locally -> acknowledge.
 #include "refit/receiver.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -258,10 +255,7 @@ struct Receiver::Impl {
     }
     replacing = c.version;
     REFIT_RETURN_NOT_OK(SaveState());
-    if (::rename(tmp.c_str(), ModelPath().c_str()) != 0) {
-      return Status::IoError("rename " + tmp + ": " + std::strerror(errno));
-    }
-    REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
+    REFIT_RETURN_NOT_OK(internal::ReplaceFile(tmp, ModelPath()));
     internal::MaybeKillAt("receiver.model_synced");
     REFIT_ASSIGN_OR_RAISE(model, SafetensorsFile::Open(ModelPath(), /*writable=*/true));
     return Status::OK();
@@ -425,9 +419,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(
       m.layout, m.registry->CreateLayout(layout, static_cast<int>(rank), static_cast<int>(world),
                                          &m.config, "layout." + layout));
-  if (::mkdir(m.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::IoError("mkdir " + m.state_dir + ": " + std::strerror(errno));
-  }
+  REFIT_RETURN_NOT_OK(internal::MakeDirs(m.state_dir));
   REFIT_RETURN_NOT_OK(m.LoadState());
   auto nf = m.transport->Size(NeedFullKey(m.id));
   m.asked_full = nf.ok() && nf.value().has_value();

@@ -2,11 +2,6 @@
 // commit; the baseline advances only after every receiver acknowledged (DESIGN invariant 3).
 #include "refit/sender.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,26 +27,9 @@
 namespace refit {
 
 using internal::LocalSlice;
+using internal::MakeDirs;
 using internal::Stopwatch;
 using json = nlohmann::json;
-
-namespace {
-
-Status MakeDirs(const std::string& path) {
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Status::IoError("mkdir " + partial + ": " + std::strerror(errno));
-    }
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 struct Sender::Impl {
   Config config;
@@ -328,16 +306,15 @@ struct Sender::Impl {
   Status AdvanceBaseline() {
     if (published_full) {
       baseline.reset();
-      if (::rename(PendingPath().c_str(), BaselinePath().c_str()) != 0) {
-        const int err = errno;
+      if (Status moved = internal::ReplaceFile(PendingPath(), BaselinePath()); !moved.ok()) {
         // Killed after the rename, before the state said so: the baseline is the full copy.
         auto current = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
-        if (err != ENOENT || !current.ok() ||
+        if (moved.code() != StatusCode::kNotFound || !current.ok() ||
             !internal::HoldsVersion(*current.value(), published_version)) {
-          return Status::IoError("rename " + PendingPath() + ": " + std::strerror(err));
+          return moved;
         }
+        REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
       }
-      REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
       internal::MaybeKillAt("sender.advance");
       REFIT_ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
     } else {
