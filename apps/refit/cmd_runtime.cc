@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "common/file_util.h"
 #include "format/safetensors.h"
 #include "refit/refit.h"
 #include "synthetic/synthetic.h"
@@ -200,9 +201,7 @@ Status RunDemo(const DemoOptions& o) {
     if (::mkdtemp(tmpl.data()) == nullptr) return Status::IoError("mkdtemp failed");
     dir = tmpl;
   } else {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return Status::IoError("cannot create " + dir + ": " + ec.message());
+    REFIT_RETURN_NOT_OK(internal::MakeDirs(dir));
   }
   struct Cleanup {
     std::string dir;

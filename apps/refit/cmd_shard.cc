@@ -4,13 +4,9 @@
 // files are exactly what the layout maps back; padding (vocab rows past the vocabulary) is zero.
 // Tensors are written one at a time: the input stays mmap'd and at most one local tensor (plus one
 // slice) is in memory.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -20,7 +16,9 @@
 
 #include "commands.h"
 #include "common/box.h"
+#include "common/file_util.h"
 #include "format/safetensors.h"
+#include "layout/hf_names.h"
 #include "refit/config.h"
 #include "refit/registry.h"
 
@@ -29,23 +27,6 @@ namespace refit::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// "model.layers.<N>.<rest>" -> N.
-std::optional<uint64_t> LayerIndex(const std::string& name) {
-  static const std::string kPrefix = "model.layers.";
-  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return std::nullopt;
-  size_t end = kPrefix.size();
-  while (end < name.size() && end - kPrefix.size() < 9 && name[end] >= '0' && name[end] <= '9') {
-    ++end;
-  }
-  if (end == kPrefix.size() || end >= name.size() || name[end] != '.') return std::nullopt;
-  return std::stoull(name.substr(kPrefix.size(), end - kPrefix.size()));
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The model description read off the checkpoint's names and shapes (keys of the layouts' config
 // sections). num_heads cannot always be inferred: q_proj's rows are num_heads * head_dim, and only
@@ -56,29 +37,44 @@ Result<std::map<std::string, int64_t>> InferModel(const SafetensorsFile& file,
   uint64_t layers = 0, q_rows = 0, kv_rows = 0, head_dim = 0, ffn = 0, moe_ffn = 0, experts = 0;
   bool has_layers = false;
   for (const TensorView& t : file.tensors()) {
-    if (std::optional<uint64_t> l = LayerIndex(t.name)) {
-      layers = std::max(layers, *l + 1);
+    const std::optional<layouts::HfName> hf = layouts::ParseHfName(t.name);
+    if (!hf) continue;
+    if (layouts::IsPerLayer(hf->kind)) {
+      layers = std::max(layers, hf->layer + 1);
       has_layers = true;
     }
-    auto rows = [&](uint64_t* out) {
-      if (!t.shape.empty() && *out == 0) *out = t.shape[0];
-    };
-    if (EndsWith(t.name, ".self_attn.q_proj.weight")) rows(&q_rows);
-    if (EndsWith(t.name, ".self_attn.k_proj.weight")) rows(&kv_rows);
-    if (EndsWith(t.name, ".self_attn.q_norm.weight")) rows(&head_dim);
-    if (EndsWith(t.name, ".mlp.gate.weight")) rows(&experts);
-    if (t.name.find(".mlp.experts.") != std::string::npos &&
-        EndsWith(t.name, ".gate_proj.weight")) {
-      rows(&moe_ffn);
-    } else if (EndsWith(t.name, ".mlp.gate_proj.weight")) {
-      rows(&ffn);
+    // Each size is read off the first tensor of its kind: the rows of its first dimension.
+    uint64_t* rows = nullptr;
+    switch (hf->kind) {
+      case layouts::HfKind::kQ:
+        rows = &q_rows;
+        break;
+      case layouts::HfKind::kK:
+        rows = &kv_rows;
+        break;
+      case layouts::HfKind::kQNorm:
+        rows = &head_dim;
+        break;
+      case layouts::HfKind::kRouter:
+        rows = &experts;
+        break;
+      case layouts::HfKind::kExpertGate:
+        rows = &moe_ffn;
+        break;
+      case layouts::HfKind::kGate:
+        rows = &ffn;
+        break;
+      default:
+        break;
     }
+    if (rows != nullptr && *rows == 0 && !t.shape.empty()) *rows = t.shape[0];
   }
-  if (const TensorView* embed = file.Find("model.embed_tokens.weight");
+  if (const TensorView* embed = file.Find(layouts::HfTensorName(layouts::HfKind::kEmbed));
       embed != nullptr && embed->shape.size() == 2) {
     keys["vocab"] = static_cast<int64_t>(embed->shape[0]);
     keys["hidden"] = static_cast<int64_t>(embed->shape[1]);
-    keys["tie_word_embeddings"] = file.Find("lm_head.weight") == nullptr ? 1 : 0;
+    keys["tie_word_embeddings"] =
+        file.Find(layouts::HfTensorName(layouts::HfKind::kLmHead)) == nullptr ? 1 : 0;
   }
   if (has_layers) keys["num_layers"] = static_cast<int64_t>(layers);
   if (options.head_dim > 0) head_dim = static_cast<uint64_t>(options.head_dim);
@@ -173,59 +169,182 @@ refit_local_tensor_t ToLocal(const TensorSpec& t) {
   return local;
 }
 
-Status WriteAllBytes(int fd, const uint8_t* data, uint64_t len, const std::string& path) {
-  while (len > 0) {
-    ssize_t n = ::write(fd, data, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Status::IoError(path + ": write failed: " + std::strerror(errno));
-    data += n;
-    len -= static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
-// Writes one rank's file through a temp file + fsync + rename: a reader never sees half a shard.
+// Writes one rank's file atomically: a reader never sees half a shard.
 Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
                   const std::vector<TensorSpec>& locals, const Metadata& metadata,
                   const std::string& path) {
   std::vector<TensorView> views;
   for (const TensorSpec& t : locals) views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr});
   REFIT_ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));
-  auto fail = [&](Status st) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return st;
-  };
-  Status st = WriteAllBytes(fd, reinterpret_cast<const uint8_t*>(plan.header.data()),
-                            plan.header.size(), tmp);
-  if (!st.ok()) return fail(st);
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::AtomicFile> out,
+                        internal::AtomicFile::Create(path));
+  REFIT_RETURN_NOT_OK(
+      out->Write(reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size()));
   uint64_t written = 0;
   std::vector<uint8_t> bits;
   for (size_t i = 0; i < locals.size(); ++i) {
     const TensorSpec& t = locals[i];
     if (plan.offsets[i] != written) {
-      return fail(Status::Internal(path + ": tensors are not laid out back to back"));
+      return Status::Internal(path + ": tensors are not laid out back to back");
     }
-    Result<std::vector<SliceMap>> slices = layout.MapTensor(ToLocal(t));
-    if (!slices.ok()) return fail(slices.status());
-    st = FillLocal(canonical, t, slices.value(), &bits);
-    if (!st.ok()) return fail(st.WithContext("layout '" + layout.name() + "'"));
-    st = WriteAllBytes(fd, bits.data(), bits.size(), tmp);
-    if (!st.ok()) return fail(st);
+    REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout.MapTensor(ToLocal(t)));
+    REFIT_RETURN_NOT_OK(
+        FillLocal(canonical, t, slices, &bits).WithContext("layout '" + layout.name() + "'"));
+    REFIT_RETURN_NOT_OK(out->Write(bits.data(), bits.size()));
     written += bits.size();
   }
-  if (::fsync(fd) != 0) return fail(Status::IoError(tmp + ": fsync: " + std::strerror(errno)));
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::IoError(tmp + ": close: " + std::strerror(errno));
+  return out->Commit();
+}
+
+Result<const ComponentInfo*> FindLayout(const Registry& registry, const std::string& name) {
+  const ComponentInfo* info = registry.Find(REFIT_KIND_LAYOUT, name);
+  if (info != nullptr) return info;
+  std::string known;
+  for (const ComponentInfo* c : registry.List()) {
+    if (c->kind == REFIT_KIND_LAYOUT) known += (known.empty() ? "" : ", ") + c->name;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::IoError("rename " + tmp + " -> " + path + ": " + std::strerror(errno));
+  return Status::Invalid("unknown layout '" + name + "' (known: " + known + ")");
+}
+
+// How the ranks split the model: tp * pp * ep of them, or --world for layouts without a tp split.
+struct ShardGrid {
+  int64_t tp = 1, pp = 1, ep = 1;
+  int64_t world = 1;
+  bool rank_names = false;  // files named rank{r} (fsdp, hf), else tp{t}_pp{p}[_ep{e}]
+};
+
+// Parallel sizes: flags, else the config (which is updated to match). A layout without pp/ep keys
+// has no such split.
+Result<ShardGrid> ResolveGrid(const ComponentInfo& info, const ShardOptions& options,
+                              const std::string& section, Config* config) {
+  ShardGrid grid;
+  int64_t* sizes[3] = {&grid.tp, &grid.pp, &grid.ep};
+  const char* size_keys[3] = {"tp", "pp", "ep"};
+  const int size_flags[3] = {options.tp, options.pp, options.ep};
+  for (int i = 0; i < 3; ++i) {
+    if (Declares(info, size_keys[i])) {
+      REFIT_ASSIGN_OR_RAISE(*sizes[i], ParallelSize(*config, section, size_keys[i], size_flags[i]));
+      config->SetInt(section + "." + size_keys[i], *sizes[i]);
+    } else if (size_flags[i] > 1) {
+      return Status::Invalid("layout '" + options.layout + "' has no " + size_keys[i] +
+                             " split (--" + size_keys[i] + " must be 1)");
+    }
   }
+  grid.rank_names = !Declares(info, "tp");
+  grid.world = grid.tp * grid.pp * grid.ep;
+  if (options.world > 0) {
+    if (!grid.rank_names && options.world != grid.world) {
+      return Status::Invalid("--world " + std::to_string(options.world) +
+                             " is not tp * pp * ep = " + std::to_string(grid.world));
+    }
+    grid.world = options.world;
+  }
+  if (grid.rank_names && options.world <= 0) {
+    return Status::Invalid("layout '" + options.layout + "' needs --world N (the number of ranks)");
+  }
+  if (grid.world > 65536) {
+    return Status::Invalid("world size " + std::to_string(grid.world) + " is too large");
+  }
+  return grid;
+}
+
+// The model description: what the config leaves unset is read off the checkpoint.
+Status DescribeModel(const SafetensorsFile& file, const ComponentInfo& info,
+                     const ShardOptions& options, const std::string& section, Config* config) {
+  REFIT_ASSIGN_OR_RAISE(auto inferred, InferModel(file, options));
+  for (const auto& [key, value] : inferred) {
+    const std::string full = section + "." + key;
+    if (!Declares(info, key) || config->Has(full)) continue;
+    if (key == "tie_word_embeddings") {
+      ConfigValue v;
+      v.type = REFIT_CFG_BOOL;
+      v.bool_value = value != 0;
+      config->Set(full, v);
+    } else {
+      config->SetInt(full, value);
+    }
+  }
+  if (Declares(info, "num_heads") && !config->Has(section + ".num_heads")) {
+    return Status::Invalid(options.input +
+                           ": cannot infer num_heads from the shapes (q_proj rows = "
+                           "num_heads * head_dim): pass --num-heads (and --num-kv-heads for "
+                           "grouped-query attention) or set " +
+                           section + ".num_heads");
+  }
+  if (Declares(info, "shapes_from") && !config->Has(section + ".shapes_from")) {
+    config->SetString(section + ".shapes_from", options.input);
+  }
+  return Status::OK();
+}
+
+// Everything one run needs to make every rank's layout.
+struct ShardRun {
+  const ShardOptions& options;
+  const Registry& registry;
+  const Config& config;
+  const std::string& section;
+  const ShardGrid& grid;
+
+  Result<std::unique_ptr<Layout>> MakeLayout(int64_t rank) const {
+    return registry.CreateLayout(options.layout, static_cast<int>(rank),
+                                 static_cast<int>(grid.world), &config, section);
+  }
+};
+
+// A dry run over every rank before any file is written: a canonical tensor no rank holds would
+// make shards that can never reproduce the checkpoint. (Layouts are re-created and re-mapped when
+// writing rather than kept: mapping is cheap, and all ranks' slices can be large.)
+Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& canonical) {
+  std::set<std::string> held;
+  for (int64_t r = 0; r < run.grid.world; ++r) {
+    REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout, run.MakeLayout(r));
+    Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
+    if (!locals.ok()) return locals.status().WithContext(run.options.input);
+    for (const TensorSpec& t : locals.value()) {
+      REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
+      for (const SliceMap& s : slices) held.insert(s.canonical_name);
+    }
+  }
+  for (const TensorSpec& t : canonical) {
+    REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+    if (n > 0 && held.count(t.name) == 0) {
+      return Status::Invalid(run.options.input + ": tensor '" + t.name +
+                             "' is held by no rank of layout '" + run.options.layout + "'");
+    }
+  }
+  return Status::OK();
+}
+
+// Writes rank r's file (named and labeled after its place in the grid) and prints a line for it.
+Status WriteRank(const ShardRun& run, const SafetensorsFile& file,
+                 const std::vector<TensorSpec>& canonical, int64_t r) {
+  const int rank = static_cast<int>(r);
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout, run.MakeLayout(r));
+  Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
+  if (!locals.ok()) return locals.status().WithContext(run.options.input);
+  Metadata metadata = {{"refit.layout", run.options.layout},
+                       {"refit.rank", std::to_string(rank)},
+                       {"refit.world", std::to_string(run.grid.world)},
+                       {"refit.source", fs::path(run.options.input).filename().string()}};
+  std::string name = "rank" + std::to_string(rank);
+  if (!run.grid.rank_names) {
+    const int64_t tp = run.grid.tp, ep = run.grid.ep;
+    const int64_t t = r % tp, e = r / tp % ep, p = r / (tp * ep);
+    name = "tp" + std::to_string(t) + "_pp" + std::to_string(p);
+    if (ep > 1) name += "_ep" + std::to_string(e);
+    metadata["refit.tp_rank"] = std::to_string(t);
+    metadata["refit.pp_rank"] = std::to_string(p);
+    metadata["refit.ep_rank"] = std::to_string(e);
+  }
+  const std::string path = (fs::path(run.options.out_dir) / (name + ".safetensors")).string();
+  REFIT_RETURN_NOT_OK(WriteShard(file, *layout, locals.value(), metadata, path));
+  uint64_t bytes = 0;
+  for (const TensorSpec& t : locals.value()) {
+    REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+    bytes += n * SizeOf(t.dtype);
+  }
+  std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),
+              HumanBytes(bytes).c_str());
   return Status::OK();
 }
 
@@ -239,131 +358,18 @@ Status RunShard(const ShardOptions& options) {
     REFIT_ASSIGN_OR_RAISE(config, Config::FromFile(options.config_path));
   }
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(&config));
-  const ComponentInfo* info = registry->Find(REFIT_KIND_LAYOUT, options.layout);
-  if (info == nullptr) {
-    std::string known;
-    for (const ComponentInfo* c : registry->List()) {
-      if (c->kind == REFIT_KIND_LAYOUT) known += (known.empty() ? "" : ", ") + c->name;
-    }
-    return Status::Invalid("unknown layout '" + options.layout + "' (known: " + known + ")");
-  }
+  REFIT_ASSIGN_OR_RAISE(const ComponentInfo* info, FindLayout(*registry, options.layout));
   const std::string section = "layout." + options.layout;
-
-  // Parallel sizes: flags, else the config. A layout without pp/ep keys has no such split.
-  int64_t sizes[3] = {1, 1, 1};
-  const char* size_keys[3] = {"tp", "pp", "ep"};
-  const int size_flags[3] = {options.tp, options.pp, options.ep};
-  for (int i = 0; i < 3; ++i) {
-    if (Declares(*info, size_keys[i])) {
-      REFIT_ASSIGN_OR_RAISE(sizes[i], ParallelSize(config, section, size_keys[i], size_flags[i]));
-      config.SetInt(section + "." + size_keys[i], sizes[i]);
-    } else if (size_flags[i] > 1) {
-      return Status::Invalid("layout '" + options.layout + "' has no " + size_keys[i] +
-                             " split (--" + size_keys[i] + " must be 1)");
-    }
-  }
-  const bool rank_names = !Declares(*info, "tp");  // fsdp, hf: rank{r}
-  int64_t world = sizes[0] * sizes[1] * sizes[2];
-  if (options.world > 0) {
-    if (!rank_names && options.world != world) {
-      return Status::Invalid("--world " + std::to_string(options.world) +
-                             " is not tp * pp * ep = " + std::to_string(world));
-    }
-    world = options.world;
-  }
-  if (rank_names && options.world <= 0) {
-    return Status::Invalid("layout '" + options.layout + "' needs --world N (the number of ranks)");
-  }
-  if (world > 65536)
-    return Status::Invalid("world size " + std::to_string(world) + " is too large");
-
-  // The model description: what the config leaves unset is read off the checkpoint.
-  REFIT_ASSIGN_OR_RAISE(auto inferred, InferModel(*file, options));
-  for (const auto& [key, value] : inferred) {
-    const std::string full = section + "." + key;
-    if (!Declares(*info, key) || config.Has(full)) continue;
-    if (key == "tie_word_embeddings") {
-      ConfigValue v;
-      v.type = REFIT_CFG_BOOL;
-      v.bool_value = value != 0;
-      config.Set(full, v);
-    } else {
-      config.SetInt(full, value);
-    }
-  }
-  if (Declares(*info, "num_heads") && !config.Has(section + ".num_heads")) {
-    return Status::Invalid(options.input +
-                           ": cannot infer num_heads from the shapes (q_proj rows = "
-                           "num_heads * head_dim): pass --num-heads (and --num-kv-heads for "
-                           "grouped-query attention) or set " +
-                           section + ".num_heads");
-  }
-  if (Declares(*info, "shapes_from") && !config.Has(section + ".shapes_from")) {
-    config.SetString(section + ".shapes_from", options.input);
-  }
+  REFIT_ASSIGN_OR_RAISE(ShardGrid grid, ResolveGrid(*info, options, section, &config));
+  REFIT_RETURN_NOT_OK(DescribeModel(*file, *info, options, section, &config));
 
   std::vector<TensorSpec> canonical;
   for (const TensorView& t : file->tensors()) canonical.push_back({t.name, t.dtype, t.shape});
-
-  std::error_code ec;
-  fs::create_directories(options.out_dir, ec);
-  if (ec) return Status::IoError(options.out_dir + ": cannot create: " + ec.message());
-  // A dry run over every rank before any file is written: a canonical tensor no rank holds would
-  // make shards that can never reproduce the checkpoint. (Layouts are re-created and re-mapped
-  // below rather than kept: mapping is cheap, and all ranks' slices can be large.)
-  std::set<std::string> held;
-  for (int64_t r = 0; r < world; ++r) {
-    REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout,
-                          registry->CreateLayout(options.layout, static_cast<int>(r),
-                                                 static_cast<int>(world), &config, section));
-    Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
-    if (!locals.ok()) return locals.status().WithContext(options.input);
-    for (const TensorSpec& t : locals.value()) {
-      REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
-      for (const SliceMap& s : slices) held.insert(s.canonical_name);
-    }
-  }
-  for (const TensorSpec& t : canonical) {
-    REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
-    if (n > 0 && held.count(t.name) == 0) {
-      return Status::Invalid(options.input + ": tensor '" + t.name + "' is held by no rank of " +
-                             "layout '" + options.layout + "'");
-    }
-  }
-
-  const std::string source = fs::path(options.input).filename().string();
-  for (int64_t r = 0; r < world; ++r) {
-    const int rank = static_cast<int>(r);
-    REFIT_ASSIGN_OR_RAISE(
-        std::unique_ptr<Layout> layout,
-        registry->CreateLayout(options.layout, rank, static_cast<int>(world), &config, section));
-    Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
-    if (!locals.ok()) return locals.status().WithContext(options.input);
-    Metadata metadata = {{"refit.layout", options.layout},
-                         {"refit.rank", std::to_string(rank)},
-                         {"refit.world", std::to_string(world)},
-                         {"refit.source", source}};
-    std::string name = "rank" + std::to_string(rank);
-    if (!rank_names) {
-      const int64_t tp = sizes[0], ep = sizes[2];
-      const int64_t t = r % tp, e = r / tp % ep, p = r / (tp * ep);
-      name = "tp" + std::to_string(t) + "_pp" + std::to_string(p);
-      if (ep > 1) name += "_ep" + std::to_string(e);
-      metadata["refit.tp_rank"] = std::to_string(t);
-      metadata["refit.pp_rank"] = std::to_string(p);
-      metadata["refit.ep_rank"] = std::to_string(e);
-    }
-    const std::string path = (fs::path(options.out_dir) / (name + ".safetensors")).string();
-    REFIT_RETURN_NOT_OK(WriteShard(*file, *layout, locals.value(), metadata, path));
-    uint64_t bytes = 0;
-    for (const TensorSpec& t : locals.value()) {
-      REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
-      bytes += n * SizeOf(t.dtype);
-    }
-    std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),
-                HumanBytes(bytes).c_str());
-  }
-  std::printf("%s: %" PRId64 " shards (layout %s) in %s\n", options.input.c_str(), world,
+  REFIT_RETURN_NOT_OK(internal::MakeDirs(options.out_dir));
+  const ShardRun run{options, *registry, config, section, grid};
+  REFIT_RETURN_NOT_OK(CheckEveryTensorHeld(run, canonical));
+  for (int64_t r = 0; r < grid.world; ++r) REFIT_RETURN_NOT_OK(WriteRank(run, *file, canonical, r));
+  std::printf("%s: %" PRId64 " shards (layout %s) in %s\n", options.input.c_str(), grid.world,
               options.layout.c_str(), options.out_dir.c_str());
   return Status::OK();
 }

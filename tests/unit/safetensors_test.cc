@@ -320,14 +320,16 @@ TEST_F(SafetensorsTest, AtomicWriterLeavesOldFileOnFailure) {
   EXPECT_EQ(ReadBytes(path), old_bytes);
   EXPECT_TRUE(no_tmp_left());
 
-  // The temporary file cannot be created (its name is taken by a directory).
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  ASSERT_TRUE(fs::create_directory(tmp));
-  st = WriteSafetensors(path, {{"x", DType::kU8, {2}, v2}});
+  // The temporary file cannot be created (the target's name is as long as a name may be, so the
+  // temporary name next to it is too long).
+  const std::string long_path = Path(std::string(250, 'm'));
+  ASSERT_TRUE(std::ofstream(long_path).good());
+  st = WriteSafetensors(long_path, {{"x", DType::kU8, {2}, v2}});
   EXPECT_EQ(st.code(), StatusCode::kIoError);
-  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
-  EXPECT_EQ(ReadBytes(path), old_bytes);
-  fs::remove(tmp);
+  EXPECT_NE(st.message().find(long_path), std::string::npos) << st.message();
+  EXPECT_TRUE(fs::exists(long_path));
+  EXPECT_EQ(fs::file_size(long_path), 0u);
+  fs::remove(long_path);
 
   // The rename fails (the target is a non-empty directory): the tmp file is removed.
   const std::string dir_target = Path("as_dir");

@@ -51,7 +51,7 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
       }
     }
   }
-  if (st.ok() && ::fsync(fd) != 0) st = Status::IoError(Errno("fsync", path));
+  if (st.ok()) st = FsyncFd(fd, path);
   ::close(fd);
   if (!st.ok()) ::unlink(path.c_str());
   return st;

@@ -10,8 +10,8 @@
 namespace refit::internal {
 
 // Writes a new safetensors file laid out for `specs`, each tensor's bytes copied from `source`
-// when it holds a tensor of the same name, dtype and shape, else zero. Not atomic: callers write
-// to a temporary name and rename.
+// when it holds a tensor of the same name, dtype and shape, else zero, and synced. Not atomic:
+// callers write to a temporary name and move it into place with ReplaceFile (file_util.h).
 Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& specs,
                        const SafetensorsFile* source, Metadata metadata);
 

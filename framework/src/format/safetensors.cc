@@ -1,14 +1,7 @@
 // safetensors reader (validate everything, then expose views) and atomic writer.
 #include "format/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/text_util.h"
 
 namespace refit {
@@ -33,8 +27,6 @@ constexpr uint64_t kLengthPrefixBytes = 8;
 // anything else in the dtype field is garbage.
 constexpr std::string_view kForeignSafetensorsDTypes[] = {"U16",     "U32", "U64",     "C64",
                                                           "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2"};
-
-std::string ErrnoText() { return std::strerror(errno); }
 
 std::string Quoted(std::string_view name) { return "'" + Printable(name) + "'"; }
 
@@ -223,70 +215,22 @@ Status ParseEntry(const std::string& name, const json& entry, uint64_t buffer_si
   return Status::OK();
 }
 
-// Writes all of [data, data + size) to fd; write() may stop short and caps a call near 2 GiB.
-Status WriteAll(int fd, const uint8_t* data, uint64_t size, const std::string& what) {
-  constexpr uint64_t kMaxChunk = 1ull << 30;
-  while (size > 0) {
-    const size_t chunk = static_cast<size_t>(std::min(size, kMaxChunk));
-    const ssize_t n = ::write(fd, data, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError(what + ": write failed: " + ErrnoText());
-    }
-    data += n;
-    size -= static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
-std::string ParentDir(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------ reading
 
-SafetensorsFile::~SafetensorsFile() {
-  if (mapped_ && base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
                                                                bool writable) {
-  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::IoError(path + ": cannot open: " + ErrnoText());
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = ErrnoText();
-    ::close(fd);
-    return Status::IoError(path + ": cannot stat: " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::Invalid(path + ": not a regular file");
-  }
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::MappedFile> mapping,
+                        internal::MappedFile::Open(path, writable));
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->label_ = path;
-  file->size_ = static_cast<uint64_t>(st.st_size);
-  // mmap of 0 bytes fails: an empty file is simply too short, which Parse() reports.
-  if (file->size_ > 0) {
-    void* base = ::mmap(nullptr, file->size_, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                        writable ? MAP_SHARED : MAP_PRIVATE, fd, 0);
-    if (base == MAP_FAILED) {
-      const std::string err = ErrnoText();
-      ::close(fd);
-      return Status::IoError(path + ": cannot mmap: " + err);
-    }
-    file->base_ = static_cast<const uint8_t*>(base);
-    file->mapped_ = true;
-  }
-  ::close(fd);  // the mapping keeps the file referenced
+  file->base_ = mapping->data();
+  file->size_ = mapping->size();
+  file->mapping_ = std::move(mapping);
+  // An empty file maps to nothing: it is simply too short, which Parse() reports.
   REFIT_RETURN_NOT_OK(file->Parse());
   return file;
 }
@@ -400,13 +344,7 @@ const TensorView* SafetensorsFile::Find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-Status SafetensorsFile::Sync() {
-  if (!mapped_ || size_ == 0) return Status::OK();
-  if (::msync(const_cast<uint8_t*>(base_), size_, MS_SYNC) != 0) {
-    return Status::IoError(label_ + ": msync failed: " + ErrnoText());
-  }
-  return Status::OK();
-}
+Status SafetensorsFile::Sync() { return mapping_ != nullptr ? mapping_->Sync() : Status::OK(); }
 
 // ------------------------------------------------------------------------------------ writing
 
@@ -512,39 +450,13 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& 
   REFIT_RETURN_NOT_OK(CheckHasData(tensors).WithContext(path));
   const SafetensorsLayout& layout = planned.value();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(path + ": cannot create " + tmp + ": " + ErrnoText());
-
-  // Until the rename succeeds, any failure removes the temporary file and leaves path alone.
-  auto fail = [&](Status st) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    return st;
-  };
-  Status st = WriteAll(fd, reinterpret_cast<const uint8_t*>(layout.header.data()),
-                       layout.header.size(), tmp);
-  for (size_t i = 0; st.ok() && i < tensors.size(); ++i) {
-    st = WriteAll(fd, tensors[i].bytes(), tensors[i].nbytes(), tmp);
-  }
-  if (!st.ok()) return fail(st);
-  if (::fsync(fd) != 0) return fail(Status::IoError(tmp + ": fsync failed: " + ErrnoText()));
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) return fail(Status::IoError(tmp + ": close failed: " + ErrnoText()));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return fail(Status::IoError(path + ": cannot rename " + tmp + " over it: " + ErrnoText()));
-  }
-
-  // Make the rename itself durable.
-  const std::string dir = ParentDir(path);
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return Status::IoError(dir + ": cannot open directory: " + ErrnoText());
-  const int synced = ::fsync(dir_fd);
-  const std::string sync_error = synced != 0 ? ErrnoText() : "";
-  ::close(dir_fd);
-  if (synced != 0) return Status::IoError(dir + ": fsync failed: " + sync_error);
-  return Status::OK();
+  // Until Commit succeeds, any failure removes the temporary file and leaves path alone.
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::AtomicFile> file,
+                        internal::AtomicFile::Create(path));
+  REFIT_RETURN_NOT_OK(
+      file->Write(reinterpret_cast<const uint8_t*>(layout.header.data()), layout.header.size()));
+  for (const TensorView& t : tensors) REFIT_RETURN_NOT_OK(file->Write(t.bytes(), t.nbytes()));
+  return file->Commit();
 }
 
 }  // namespace refit

@@ -19,6 +19,10 @@
 
 namespace refit {
 
+namespace internal {
+class MappedFile;
+}
+
 constexpr uint64_t kSafetensorsMaxHeaderBytes = 100ull << 20;  // the spec's bound
 
 using Metadata = std::map<std::string, std::string>;
@@ -54,9 +58,9 @@ class SafetensorsFile {
   Status Parse();
 
   std::string label_;
+  std::unique_ptr<internal::MappedFile> mapping_;  // null for FromBuffer
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  bool mapped_ = false;
   uint64_t data_start_ = 0;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> index_;
@@ -74,7 +78,8 @@ struct SafetensorsLayout {
 Result<SafetensorsLayout> PlanSafetensors(const std::vector<TensorView>& tensors,
                                           const Metadata& metadata);
 
-// Writes a complete file: to path + ".tmp.<pid>", fsync, rename over path, fsync the directory.
+// Writes a complete file through internal::AtomicFile (a temporary name, fsync, rename over path,
+// fsync of the directory).
 // Readers never see a partial file; on any error the previous file at path is untouched.
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                         const Metadata& metadata = {});

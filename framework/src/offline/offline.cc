@@ -1,14 +1,9 @@
 // Offline deltas between checkpoint files (`refit diff` / `refit apply`).
 #include "refit/offline.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include "common/file_util.h"
@@ -25,49 +20,6 @@
 namespace refit {
 
 using internal::Stopwatch;
-
-namespace {
-
-// A read-only mapping of a whole file (the delta is parsed in place, never copied).
-class MappedFile {
- public:
-  static Result<std::unique_ptr<MappedFile>> Open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return Status::NotFound(path + ": no such file");
-      return Status::IoError(path + ": " + std::strerror(errno));
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      return Status::IoError(path + ": " + std::strerror(errno));
-    }
-    auto f = std::unique_ptr<MappedFile>(new MappedFile());
-    f->size_ = static_cast<uint64_t>(st.st_size);
-    if (f->size_ > 0) {
-      void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return Status::IoError(path + ": mmap: " + std::strerror(errno));
-      }
-      f->data_ = static_cast<const uint8_t*>(p);
-    }
-    ::close(fd);
-    return f;
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  const uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
-
- private:
-  MappedFile() = default;
-  const uint8_t* data_ = nullptr;
-  uint64_t size_ = 0;
-};
-
-}  // namespace
 
 uint64_t ModelDigest(const std::vector<TensorView>& tensors) {
   std::vector<const TensorView*> sorted;
@@ -128,7 +80,9 @@ Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& de
                              const std::string& out_path, const Registry& registry,
                              const Config* config) {
   Stopwatch total;
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<MappedFile> delta_file, MappedFile::Open(delta_path));
+  // The delta is parsed in place, never copied.
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::MappedFile> delta_file,
+                        internal::MappedFile::Open(delta_path));
   REFIT_ASSIGN_OR_RAISE(Payload delta,
                         Payload::Parse(delta_file->data(), delta_file->size(), delta_path));
   if (delta.MetadataOr("refit.format", "") != kDeltaFormat) {
@@ -149,7 +103,7 @@ Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& de
         HexDigest(base_digest) + ", but " + base_path + " has digest " + HexDigest(have));
   }
 
-  const std::string tmp = out_path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = internal::TempPathFor(out_path);
   REFIT_RETURN_NOT_OK(internal::CreateModelFile(tmp, specs, base.get(), {}));
   base.reset();
   Status st;
@@ -172,16 +126,11 @@ Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& de
       if (st.ok()) st = out.value()->Sync();
     }
   }
-  if (st.ok() && ::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    st = Status::IoError("rename " + tmp + " to " + out_path + ": " + std::strerror(errno));
-  }
+  if (st.ok()) st = internal::ReplaceFile(tmp, out_path);
   if (!st.ok()) {
     ::unlink(tmp.c_str());
     return st;
   }
-  std::string dir =
-      out_path.find('/') == std::string::npos ? "." : out_path.substr(0, out_path.rfind('/'));
-  REFIT_RETURN_NOT_OK(internal::FsyncPath(dir.empty() ? "/" : dir));
   stats.payloads = 1;
   stats.payload_bytes = delta_file->size();
   stats.total_seconds = total.Seconds();

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/file_util.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -65,19 +66,6 @@ Status ReadExactly(int fd, uint64_t offset, uint8_t* buf, uint64_t n, const std:
   return Status::OK();
 }
 
-Status WriteAllFd(int fd, const std::string& bytes, const std::string& path) {
-  const char* p = bytes.data();
-  size_t n = bytes.size();
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return Status::IoError(path + ": write: " + std::strerror(errno));
-    p += put;
-    n -= static_cast<size_t>(put);
-  }
-  return Status::OK();
-}
-
 std::string Header(uint64_t version, uint64_t base) {
   std::string h;
   Put(h, kMagic, 4);
@@ -124,7 +112,8 @@ Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path
   } else {
     // Another version's journal (already committed or abandoned) or a torn header: start over.
     if (::ftruncate(j->fd_, 0) != 0) return Status::IoError(path + ": " + std::strerror(errno));
-    REFIT_RETURN_NOT_OK(WriteAllFd(j->fd_, header, path));
+    REFIT_RETURN_NOT_OK(
+        WriteAll(j->fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), path));
     if (durable && ::fdatasync(j->fd_) != 0) {
       return Status::IoError(path + ": fdatasync: " + std::strerror(errno));
     }
@@ -220,7 +209,8 @@ Status ApplyJournal::Append(const std::string& record_id, const std::string& ten
   PutInt(entry, static_cast<uint32_t>(body.size()));
   PutInt(entry, kernels::Digest64(body.data(), body.size()));
   entry += body;
-  REFIT_RETURN_NOT_OK(WriteAllFd(fd_, entry, path_));
+  REFIT_RETURN_NOT_OK(
+      WriteAll(fd_, reinterpret_cast<const uint8_t*>(entry.data()), entry.size(), path_));
   if (durable_ && ::fdatasync(fd_) != 0) {
     return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
   }

@@ -2,15 +2,13 @@
 // within a byte cap -> verify each record's digest -> commit the version locally -> acknowledge.
 #include "refit/receiver.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
 #include "format/model_file.h"
@@ -76,16 +74,20 @@ struct Receiver::Impl {
       // No state, or state we cannot read: never guess, ask for a full sync.
       return text.status().code() == StatusCode::kNotFound ? Status::OK() : text.status();
     }
-    json j = json::parse(text.value(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["version"].is_number_unsigned()) {
-      return Status::OK();
-    }
+    Result<json> parsed = internal::ParseStateObject(text.value(), StatePath());
+    if (!parsed.ok() || !parsed->contains("version")) return Status::OK();
+    // A value of the wrong type is not a state we can trust or silently drop: say which key.
+    const json& j = parsed.value();
+    uint64_t saved_version = 0, saved_applying = 0, saved_replacing = 0;
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "version", &saved_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "applying", &saved_applying));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "replacing", &saved_replacing));
     auto file = SafetensorsFile::Open(ModelPath(), /*writable=*/true);
     if (!file.ok()) return Status::OK();
     model = std::move(file).value();
-    version = j["version"].get<uint64_t>();
-    applying = j.value("applying", uint64_t{0});
-    replacing = j.value("replacing", uint64_t{0});
+    version = saved_version;
+    applying = saved_applying;
+    replacing = saved_replacing;
     if (replacing != 0) {
       // Killed around the rename of a full sync: the file says which version it is.
       if (internal::HoldsVersion(*model, replacing)) {
@@ -253,10 +255,7 @@ struct Receiver::Impl {
     }
     replacing = c.version;
     REFIT_RETURN_NOT_OK(SaveState());
-    if (::rename(tmp.c_str(), ModelPath().c_str()) != 0) {
-      return Status::IoError("rename " + tmp + ": " + std::strerror(errno));
-    }
-    REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
+    REFIT_RETURN_NOT_OK(internal::ReplaceFile(tmp, ModelPath()));
     internal::MaybeKillAt("receiver.model_synced");
     REFIT_ASSIGN_OR_RAISE(model, SafetensorsFile::Open(ModelPath(), /*writable=*/true));
     return Status::OK();
@@ -420,9 +419,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(
       m.layout, m.registry->CreateLayout(layout, static_cast<int>(rank), static_cast<int>(world),
                                          &m.config, "layout." + layout));
-  if (::mkdir(m.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::IoError("mkdir " + m.state_dir + ": " + std::strerror(errno));
-  }
+  REFIT_RETURN_NOT_OK(internal::MakeDirs(m.state_dir));
   REFIT_RETURN_NOT_OK(m.LoadState());
   auto nf = m.transport->Size(NeedFullKey(m.id));
   m.asked_full = nf.ok() && nf.value().has_value();

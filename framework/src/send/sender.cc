@@ -2,17 +2,13 @@
 // commit; the baseline advances only after every receiver acknowledged (DESIGN invariant 3).
 #include "refit/sender.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
 #include "format/model_file.h"
@@ -31,26 +27,9 @@
 namespace refit {
 
 using internal::LocalSlice;
+using internal::MakeDirs;
 using internal::Stopwatch;
 using json = nlohmann::json;
-
-namespace {
-
-Status MakeDirs(const std::string& path) {
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Status::IoError("mkdir " + partial + ": " + std::strerror(errno));
-    }
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 struct Sender::Impl {
   Config config;
@@ -119,17 +98,17 @@ struct Sender::Impl {
       if (text.status().code() == StatusCode::kNotFound) return Status::OK();
       return text.status();
     }
-    json j = json::parse(text.value(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j["baseline_version"].is_number_unsigned() ||
-        !j["published_version"].is_number_unsigned()) {
+    REFIT_ASSIGN_OR_RAISE(json j, internal::ParseStateObject(text.value(), StatePath()));
+    if (!j.contains("baseline_version") || !j.contains("published_version")) {
       return Status::Corrupt(StatePath() +
                              ": unreadable sender state (remove the state_dir to "
                              "start over with a full sync)");
     }
-    baseline_version = j["baseline_version"].get<uint64_t>();
-    published_version = j["published_version"].get<uint64_t>();
-    published_full = j.value("published_full", false);
-    force_full = j.value("force_full", false);
+    const std::string path = StatePath();
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "baseline_version", &baseline_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_version", &published_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_full", &published_full));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "force_full", &force_full));
     if (baseline_version > 0) {
       auto file = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
       if (!file.ok()) {
@@ -327,16 +306,15 @@ struct Sender::Impl {
   Status AdvanceBaseline() {
     if (published_full) {
       baseline.reset();
-      if (::rename(PendingPath().c_str(), BaselinePath().c_str()) != 0) {
-        const int err = errno;
+      if (Status moved = internal::ReplaceFile(PendingPath(), BaselinePath()); !moved.ok()) {
         // Killed after the rename, before the state said so: the baseline is the full copy.
         auto current = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
-        if (err != ENOENT || !current.ok() ||
+        if (moved.code() != StatusCode::kNotFound || !current.ok() ||
             !internal::HoldsVersion(*current.value(), published_version)) {
-          return Status::IoError("rename " + PendingPath() + ": " + std::strerror(err));
+          return moved;
         }
+        REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
       }
-      REFIT_RETURN_NOT_OK(internal::FsyncPath(state_dir));
       internal::MaybeKillAt("sender.advance");
       REFIT_ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
     } else {

@@ -7,22 +7,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
+
+#include "common/file_util.h"
 
 namespace refit::disk {
 namespace {
 
 constexpr size_t kMaxKeyLength = 512;
-// One write()/pread() moves at most this much: Linux caps a single transfer near 2 GiB anyway.
+// One pread() moves at most this much: Linux caps a single transfer near 2 GiB anyway.
 constexpr uint64_t kMaxIoChunk = uint64_t{1} << 30;
-// Put retries creating parent directories this often when a concurrent Remove prunes them.
-constexpr int kMaxCreateAttempts = 8;
-
-// Process-wide so that two instances over one directory never pick the same tmp name.
-std::atomic<uint64_t> g_tmp_counter{0};
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
@@ -109,32 +105,10 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now and reports close's errno (0 on success): NFS reports write errors at close.
-  int Close() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc == 0 ? 0 : errno;
-  }
 
  private:
   int fd_;
 };
-
-// 0 or the errno of the first failure. Some filesystems refuse fsync on a directory (EINVAL):
-// durability is then the filesystem's business, not an error of ours.
-int FsyncDirectory(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  Fd guard(fd);
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) return errno;
-  return 0;
-}
-
-std::string ParentOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos || slash == 0 ? std::string("/") : path.substr(0, slash);
-}
 
 struct WalkState {
   const std::string* prefix;
@@ -229,88 +203,24 @@ Result<std::unique_ptr<DiskTransport>> DiskTransport::Open(DiskOptions options) 
   if (ec) return IoFailure("cannot resolve directory", options.dir, ec.value());
   std::string normalized = dir.string();
   while (normalized.size() > 1 && normalized.back() == '/') normalized.pop_back();
-  std::filesystem::create_directories(normalized, ec);
-  if (ec) return IoFailure("cannot create directory", normalized, ec.value());
-  struct stat sb;
-  if (::stat(normalized.c_str(), &sb) != 0) return IoFailure("cannot stat", normalized, errno);
-  if (!S_ISDIR(sb.st_mode)) {
-    return Status::IoError("disk transport: '" + normalized + "' exists and is not a directory");
-  }
+  REFIT_RETURN_NOT_OK(internal::MakeDirs(normalized).WithContext("disk transport"));
   options.dir = std::move(normalized);
   return std::unique_ptr<DiskTransport>(new DiskTransport(std::move(options)));
-}
-
-Status DiskTransport::MakeParentDirs(const std::string& key) const {
-  size_t slash = key.find('/');
-  while (slash != std::string::npos) {
-    std::string path = PathOf(key.substr(0, slash));
-    if (::mkdir(path.c_str(), 0755) == 0) {
-      // A new directory entry is only durable once its parent is synced.
-      if (options_.fsync) {
-        int err = FsyncDirectory(ParentOf(path));
-        if (err != 0) return IoFailure("put '" + key + "': cannot fsync directory", path, err);
-      }
-    } else if (errno != EEXIST) {
-      return IoFailure("put '" + key + "': cannot create directory", path, errno);
-    }
-    slash = key.find('/', slash + 1);
-  }
-  return Status::OK();
 }
 
 Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
   REFIT_RETURN_NOT_OK(ValidateKey(key));
   if (data == nullptr && len != 0) return Status::Invalid("put '" + key + "': null data");
-  const std::string final_path = PathOf(key);
-  const std::string tmp_path = final_path + ".tmp." + std::to_string(::getpid()) + "." +
-                               std::to_string(g_tmp_counter.fetch_add(1));
-
-  int fd = -1;
-  for (int attempt = 0; attempt < kMaxCreateAttempts && fd < 0; ++attempt) {
-    fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) break;
-    // ENOENT: the parent is missing (first put under it, or a concurrent Remove pruned it).
-    if (errno != ENOENT) return IoFailure("put '" + key + "': cannot create", tmp_path, errno);
-    REFIT_RETURN_NOT_OK(MakeParentDirs(key));
-  }
-  if (fd < 0) return IoFailure("put '" + key + "': cannot create", tmp_path, ENOENT);
-
-  Fd file(fd);
-  auto fail = [&](const std::string& what, int err) {
-    file.Close();
-    ::unlink(tmp_path.c_str());
-    return IoFailure("put '" + key + "': " + what, tmp_path, err);
-  };
-  uint64_t done = 0;
-  while (done < len) {
-    size_t chunk = static_cast<size_t>(std::min(len - done, kMaxIoChunk));
-    ssize_t n = ::write(fd, data + done, chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(
-          "write failed at byte " + std::to_string(done) + " of " + std::to_string(len) + " to",
-          errno);
-    }
-    if (n == 0) return fail("write made no progress on", EIO);
-    done += static_cast<uint64_t>(n);
-  }
-  if (options_.fsync && ::fsync(fd) != 0) return fail("fsync failed on", errno);
-  if (int err = file.Close(); err != 0) {
-    ::unlink(tmp_path.c_str());
-    return IoFailure("put '" + key + "': close failed on", tmp_path, err);
-  }
-  if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp_path.c_str());
-    return IoFailure("put '" + key + "': cannot rename " + tmp_path + " to", final_path, err);
-  }
-  if (options_.fsync) {
-    std::string parent = ParentOf(final_path);
-    if (int err = FsyncDirectory(parent); err != 0) {
-      return IoFailure("put '" + key + "': cannot fsync directory", parent, err);
-    }
-  }
-  return Status::OK();
+  internal::AtomicFileOptions options;
+  options.durable = options_.fsync;
+  // The first put under a directory creates it, and so does one racing a Remove that prunes it.
+  options.make_parents = true;
+  const std::string context = "disk transport: put '" + key + "'";
+  Result<std::unique_ptr<internal::AtomicFile>> file =
+      internal::AtomicFile::Create(PathOf(key), options);
+  if (!file.ok()) return file.status().WithContext(context);
+  REFIT_RETURN_NOT_OK(file.value()->Write(data, len).WithContext(context));
+  return file.value()->Commit().WithContext(context);
 }
 
 Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {

@@ -1,6 +1,7 @@
 // The `disk` transport: a keyed blob channel over a shared directory.
 //
-// Key "v00000007/COMMIT" is the file <dir>/v00000007/COMMIT. A put writes
+// Key "v00000007/COMMIT" is the file <dir>/v00000007/COMMIT. A put is the framework's atomic file
+// write (common/file_util.h, the refit_file_util library): it writes
 // "<dir>/<key>.tmp.<pid>.<counter>", fsyncs it, renames it over the final path and fsyncs the
 // parent directory, so a reader (in this or another process, on this or another host sharing the
 // directory) sees either the whole old object, the whole new one, or no key; never a partial one.
@@ -56,7 +57,6 @@ class DiskTransport {
  private:
   explicit DiskTransport(DiskOptions options) : options_(std::move(options)) {}
   std::string PathOf(const std::string& key) const { return options_.dir + "/" + key; }
-  Status MakeParentDirs(const std::string& key) const;
   void PruneEmptyParents(const std::string& key) const;
 
   DiskOptions options_;
