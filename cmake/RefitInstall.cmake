@@ -4,6 +4,7 @@
 #
 #   find_package(refit REQUIRED)
 #   refit_add_external_plugin(my_plugin SOURCES my_plugin.cc)
+#   refit_add_conformance_tests(TARGET my_plugin KIND encoding)
 include(CMakePackageConfigHelpers)
 
 set(REFIT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/refit")
@@ -33,12 +34,21 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/include/refit
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh" PATTERN "*_internal.h" EXCLUDE)
 
+# The conformance suites, so a third-party plugin runs the checks the shipped ones pass: the
+# suites' headers next to the public ones, the source that instantiates one suite for one plugin
+# under share/ (refit_add_conformance_tests in the package config builds it).
+set(REFIT_INSTALL_CONFORMANCEDIR "${CMAKE_INSTALL_DATADIR}/refit/conformance")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/tests/conformance/include/refit
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/tests/conformance/installed/conformance_main.cc
+        DESTINATION ${REFIT_INSTALL_CONFORMANCEDIR})
+
 install(EXPORT refitTargets NAMESPACE refit:: DESTINATION ${REFIT_INSTALL_CMAKEDIR})
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/refitConfig.cmake.in
                               ${CMAKE_CURRENT_BINARY_DIR}/refitConfig.cmake
                               INSTALL_DESTINATION ${REFIT_INSTALL_CMAKEDIR}
-                              PATH_VARS CMAKE_INSTALL_LIBDIR)
+                              PATH_VARS CMAKE_INSTALL_LIBDIR REFIT_INSTALL_CONFORMANCEDIR)
 # 0.x: the plugin ABI, not the package version, decides plugin compatibility (checked at load).
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/refitConfigVersion.cmake
                                  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A third-party plugin, end to end, against the INSTALLED refit:
 #   1. cmake --install the build tree into a temporary prefix T;
-#   2. configure and build tests/loader/out_of_tree (find_package(refit), SDK only) against T;
+#   2. configure and build tests/loader/out_of_tree (find_package(refit), SDK only) against T,
+#      with the installed encoding conformance suite (refit_add_conformance_tests) run on it;
 #   3. load it through a config file ([plugins] load = [...]) with T/bin/refit:
 #      `refit plugins` lists it, `refit diff --encoding oot_overwrite` + `refit apply` reproduce B
 #      byte for byte.
@@ -39,7 +40,9 @@ refit=$prefix/bin/refit
 libdir=$(dirname "$(find "$prefix" -name 'librefit.so' | head -n 1)")
 [[ -f $libdir/librefit.so ]] || fail "no librefit.so in the installed tree"
 for f in include/refit/plugin_abi.h include/refit/sdk/plugin.hpp include/refit/status.h \
-         include/refit/registry.h include/refit/kernels/diff.h; do
+         include/refit/registry.h include/refit/kernels/diff.h \
+         include/refit/conformance/encoding_suite.h include/refit/conformance/transport_suite.h \
+         include/refit/conformance/layout_suite.h share/refit/conformance/conformance_main.cc; do
   [[ -f $prefix/$f ]] || fail "missing installed header $f"
 done
 for f in refitConfig.cmake refitConfigVersion.cmake refitTargets.cmake; do
@@ -61,6 +64,18 @@ plugin=$work/build/liboot.so
 if readelf -d "$plugin" | grep -q 'librefit'; then fail "liboot.so links librefit"; fi
 exported=$(nm -D --defined-only "$plugin" | awk '$2 == "T" { print $3 }')
 [[ $exported == refit_plugin_entry_v1 ]] || fail "liboot.so exports: $exported"
+
+step "the installed encoding conformance suite on liboot.so"
+suite=$work/build/oot_encoding_conformance
+[[ -x $suite ]] || fail "refit_add_conformance_tests built no oot_encoding_conformance"
+"$suite" --gtest_brief=1 >"$work/conformance.log" 2>&1 ||
+  { cat "$work/conformance.log" >&2; fail "liboot.so fails the encoding conformance suite"; }
+# Every dtype x every test ran, and only oot_overwrite was tested (not refit's builtins).
+grep -E '^\[  PASSED  \] [0-9]+ tests' "$work/conformance.log" ||
+  { cat "$work/conformance.log" >&2; fail "no passing conformance tests reported"; }
+listed=$("$suite" --gtest_list_tests | grep -c '/oot_overwrite_' || true)
+[[ $listed -ge 70 ]] || fail "the conformance suite lists $listed oot_overwrite tests"
+if "$suite" --gtest_list_tests | grep -q '/dense_'; then fail "the suite tested a builtin"; fi
 
 cat >"$work/cfg.toml" <<TOML
 [plugins]
