@@ -149,8 +149,13 @@ def functions(path):
             if kind == "function":
                 offset = len(segment) - len(segment.lstrip())
                 first = text.count("\n", 0, segment_start + offset) + 1
-                name = re.split(r"\(", " ".join(segment.split()))[0].split()[-1:] or ["?"]
-                func_start = (name[0], first)
+                flat = " ".join(segment.split())
+                lambda_var = re.search(r"(\w+)\s*=\s*\[", flat)
+                if lambda_var:
+                    name = lambda_var.group(1)
+                else:
+                    name = (re.split(r"\(", flat)[0].split()[-1:] or ["?"])[0]
+                func_start = (name, first)
                 in_function = 1
             else:
                 stack.append(kind)
