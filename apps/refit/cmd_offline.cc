@@ -1,9 +1,11 @@
 // refit diff / apply / inspect / plugins, and the small formatting helpers.
+#include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "commands.h"
@@ -75,13 +77,14 @@ Status RunDiff(const std::string& base, const std::string& next, const std::stri
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
   if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
   REFIT_ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *registry, config.get()));
-  double density = s.total_elements ? 100.0 * s.changed_elements / s.total_elements : 0;
+  const DeltaCounters& c = s.counters;
   std::printf("%s: %" PRIu64
               " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
               "%" PRIu64 " records\n",
-              out.c_str(), s.tensors, HumanCount(s.changed_elements).c_str(),
-              HumanCount(s.total_elements).c_str(), density, HumanBytes(s.delta_bytes).c_str(),
-              s.model_bytes ? static_cast<double>(s.delta_bytes) / s.model_bytes : 0.0, s.records);
+              out.c_str(), s.tensors, HumanCount(c.changed_elements).c_str(),
+              HumanCount(c.total_elements).c_str(), 100 * c.density(),
+              HumanBytes(s.delta_bytes).c_str(),
+              c.model_bytes ? static_cast<double>(s.delta_bytes) / c.model_bytes : 0.0, c.records);
   return Status::OK();
 }
 
@@ -92,7 +95,7 @@ Status RunApply(const std::string& base, const std::string& delta, const std::st
   if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
   REFIT_ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *registry, config.get()));
   std::printf("%s: applied %" PRIu64 " records (%s changed elements), digests verified\n",
-              out.c_str(), s.records, HumanCount(s.changed_elements).c_str());
+              out.c_str(), s.counters.records, HumanCount(s.counters.changed_elements).c_str());
   return Status::OK();
 }
 
@@ -198,6 +201,43 @@ Status RunPlugins(const std::string& config_path) {
   }
   PrintKeys("encoding", "auto", auto_keys);
   return Status::OK();
+}
+
+void RegisterOffline(CLI::App& app, Commands& commands) {
+  // One set of values: only one subcommand runs.
+  struct Flags {
+    std::string base, next, out, delta, encoding = "auto", config_path, inspect_path;
+    bool inspect_records = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* diff_cmd = app.add_subcommand("diff", "Write the delta from BASE to NEW (safetensors)");
+  diff_cmd->add_option("BASE", f->base, "base checkpoint")->required();
+  diff_cmd->add_option("NEW", f->next, "new checkpoint")->required();
+  diff_cmd->add_option("-o,--output", f->out, "delta file to write")->required();
+  diff_cmd->add_option("--encoding", f->encoding, "encoding of changed records")
+      ->capture_default_str();
+  diff_cmd->add_option("--config", f->config_path, "TOML config (plugins, encoding settings)");
+  commands.push_back(
+      {diff_cmd, [f] { return RunDiff(f->base, f->next, f->out, f->encoding, f->config_path); }});
+
+  auto* apply_cmd = app.add_subcommand("apply", "Apply DELTA to BASE, writing OUT atomically");
+  apply_cmd->add_option("BASE", f->base, "base checkpoint")->required();
+  apply_cmd->add_option("DELTA", f->delta, "delta from `refit diff`")->required();
+  apply_cmd->add_option("-o,--output", f->out, "checkpoint to write")->required();
+  apply_cmd->add_option("--config", f->config_path, "TOML config (plugins)");
+  commands.push_back(
+      {apply_cmd, [f] { return RunApply(f->base, f->delta, f->out, f->config_path); }});
+
+  auto* inspect_cmd =
+      app.add_subcommand("inspect", "Describe a checkpoint, delta, payload or manifest");
+  inspect_cmd->add_option("FILE", f->inspect_path, "file to describe")->required();
+  inspect_cmd->add_flag("--records", f->inspect_records, "list every record of a delta/payload");
+  commands.push_back(
+      {inspect_cmd, [f] { return RunInspect(f->inspect_path, f->inspect_records); }});
+
+  auto* plugins_cmd = app.add_subcommand("plugins", "List encodings, transports and layouts");
+  plugins_cmd->add_option("--config", f->config_path, "TOML config whose [plugins] to load too");
+  commands.push_back({plugins_cmd, [f] { return RunPlugins(f->config_path); }});
 }
 
 }  // namespace refit::cli

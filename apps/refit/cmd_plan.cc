@@ -1,8 +1,11 @@
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 
+#include "commands.h"
 #include "plan.h"
 
 namespace refit::cli {
@@ -143,6 +146,14 @@ Status RunPlan(const std::string& config_path) {
                 merge(verdicts[path]["pp"]).c_str(), merge(verdicts[path]["tp"]).c_str());
   }
   return Status::OK();
+}
+
+void RegisterPlan(CLI::App& app, Commands& commands) {
+  auto config = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "plan", "Recommend PP-level/TP-level sharded diff per path from a bandwidth model");
+  cmd->add_option("--config", *config, "topology TOML (e.g. configs/plan-examples.toml)")->required();
+  commands.push_back({cmd, [config] { return RunPlan(*config); }});
 }
 
 }  // namespace refit::cli

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -30,7 +32,7 @@ double Now() {
 void PrintApplied(const ApplyStats& s) {
   std::printf("applied version %" PRIu64 " (%s): %" PRIu64 " records in %" PRIu64
               " payloads, %s, %.3f s\n",
-              s.version, s.full ? "full" : "delta", s.records, s.payloads,
+              s.version, s.full ? "full" : "delta", s.counters.records, s.payloads,
               HumanBytes(s.payload_bytes).c_str(), s.total_seconds);
   if (s.resumed || s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
     std::printf("  resumed an interrupted apply: replayed %" PRIu64
@@ -84,14 +86,15 @@ Status RunSend(const SendOptions& o) {
     std::printf("recovered: baseline advance resumed, replayed %" PRIu64 " journal entries\n",
                 s.advance_resumed_entries);
   }
-  std::printf("published version %" PRIu64
-              " (%s): density %.4f%%, %s changed of %s, payload %s "
-              "(%.4fx dense) in %" PRIu64 " payloads, %.3f s\n",
-              s.version, s.full ? "full" : "delta", 100 * s.density(),
-              HumanCount(s.changed_elements).c_str(), HumanCount(s.total_elements).c_str(),
-              HumanBytes(s.payload_bytes).c_str(),
-              s.model_bytes ? static_cast<double>(s.payload_bytes) / s.model_bytes : 0.0,
-              s.payloads, s.total_seconds);
+  std::printf(
+      "published version %" PRIu64
+      " (%s): density %.4f%%, %s changed of %s, payload %s "
+      "(%.4fx dense) in %" PRIu64 " payloads, %.3f s\n",
+      s.version, s.full ? "full" : "delta", 100 * s.counters.density(),
+      HumanCount(s.counters.changed_elements).c_str(),
+      HumanCount(s.counters.total_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
+      s.counters.model_bytes ? static_cast<double>(s.payload_bytes) / s.counters.model_bytes : 0.0,
+      s.payloads, s.total_seconds);
   if (o.wait) {
     REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
     REFIT_RETURN_NOT_OK(sender->WaitAndAdvance(timeout));
@@ -190,96 +193,73 @@ Status WriteText(const std::string& path, const std::string& text) {
   return Status::OK();
 }
 
-}  // namespace
-
-Status RunDemo(const DemoOptions& o) {
+// The demo's work directory: `dir`, or a fresh temporary one when empty.
+Result<std::string> MakeWorkDir(const std::string& dir) {
   namespace fs = std::filesystem;
-  std::string dir = o.dir;
-  const bool temporary = dir.empty();
-  if (temporary) {
+  if (dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "refit-demo-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) return Status::IoError("mkdtemp failed");
-    dir = tmpl;
-  } else {
-    REFIT_RETURN_NOT_OK(internal::MakeDirs(dir));
+    return tmpl;
   }
-  struct Cleanup {
-    std::string dir;
-    bool enabled;
-    ~Cleanup() {
-      std::error_code ec;
-      if (enabled) std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{dir, temporary};
+  REFIT_RETURN_NOT_OK(internal::MakeDirs(dir));
+  return dir;
+}
 
-  const std::string config_path = dir + "/demo.toml";
-  REFIT_RETURN_NOT_OK(
-      WriteText(config_path,
-                "# written by `refit demo`: sender and receiver over the disk transport\n"
-                "[sender]\nstate_dir = \"" +
-                    dir + "/sender\"\nencoding = \"" + o.encoding +
-                    "\"\nreceivers = [\"r0\"]\nack_timeout_s = 600\n\n"
-                    "[receiver]\nid = \"r0\"\nstate_dir = \"" +
-                    dir +
-                    "/receiver\"\n\n"
-                    "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
-                    dir + "/sync\"\n"));
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
+// Sender and receiver over the disk transport, all under `dir`.
+std::string DemoConfig(const std::string& dir, const std::string& encoding) {
+  return "# written by `refit demo`: sender and receiver over the disk transport\n"
+         "[sender]\nstate_dir = \"" +
+         dir + "/sender\"\nencoding = \"" + encoding +
+         "\"\nreceivers = [\"r0\"]\nack_timeout_s = 600\n\n"
+         "[receiver]\nid = \"r0\"\nstate_dir = \"" +
+         dir +
+         "/receiver\"\n\n"
+         "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+         dir + "/sync\"\n";
+}
 
-  std::printf("refit demo: building a synthetic model of ~%s parameters (bf16)...\n",
-              HumanCount(o.params).c_str());
-  std::fflush(stdout);
-  SyntheticModel model(SyntheticModelSpec::ForParams(o.params, o.seed));
-
-  // The receiver is a second process: this very binary, `refit recv --follow`.
-  ChildProcess receiver;
-  receiver.pid = ::fork();
-  if (receiver.pid < 0) return Status::IoError("fork failed");
-  if (receiver.pid == 0) {
-    std::string until = std::to_string(o.syncs);
+// The receiver is a second process: this very binary, `refit recv --follow`.
+Status StartReceiver(const std::string& config_path, int syncs, ChildProcess* receiver) {
+  receiver->pid = ::fork();
+  if (receiver->pid < 0) return Status::IoError("fork failed");
+  if (receiver->pid == 0) {
+    std::string until = std::to_string(syncs);
     execl("/proc/self/exe", "refit", "recv", "--config", config_path.c_str(), "--follow",
           "--until-version", until.c_str(), "--quiet", static_cast<char*>(nullptr));
     std::perror("refit demo: exec receiver");
     std::_Exit(127);
   }
+  return Status::OK();
+}
 
-  uint64_t model_bytes = 0;
-  for (const TensorView& t : model.bf16()) model_bytes += t.nbytes();
-  std::printf(
-      "model: %s parameters in %zu tensors, %s; %d syncs at lr %g, encoding %s, work dir "
-      "%s\n\n",
-      HumanCount(model.num_parameters()).c_str(), model.bf16().size(),
-      HumanBytes(model_bytes).c_str(), o.syncs, o.lr, o.encoding.c_str(), dir.c_str());
-  std::printf("%7s  %-5s  %8s  %9s  %11s  %9s  %8s  %8s  %8s\n", "version", "kind", "density",
-              "changed", "payload", "vs dense", "encode s", "send s", "apply s");
-  for (int v = 1; v <= o.syncs; ++v) {
-    if (v > 1) model.Step(o.lr);
-    REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(model.bf16()));
-    // Wait for the receiver's ack, but notice at once if the receiver process died.
-    while (true) {
-      Status st = sender->WaitAndAdvance(0.5);
-      if (st.ok()) break;
-      if (st.code() != StatusCode::kTimeout) return st;
-      if (std::optional<int> rc = receiver.Poll()) {
-        return Status::Internal("the receiver process exited with status " + std::to_string(*rc) +
-                                " before acknowledging version " + std::to_string(s.version));
-      }
+// Publishes one version and waits for the receiver's ack, noticing at once if the receiver
+// process died; prints the version's row.
+Status SyncOnce(Sender& sender, const SyntheticModel& model, ChildProcess& receiver) {
+  REFIT_ASSIGN_OR_RAISE(SyncStats s, sender.Publish(model.bf16()));
+  while (true) {
+    Status st = sender.WaitAndAdvance(0.5);
+    if (st.ok()) break;
+    if (st.code() != StatusCode::kTimeout) return st;
+    if (std::optional<int> rc = receiver.Poll()) {
+      return Status::Internal("the receiver process exited with status " + std::to_string(*rc) +
+                              " before acknowledging version " + std::to_string(s.version));
     }
-    double apply = sender->acks().empty() ? 0 : sender->acks()[0].apply_seconds;
-    std::printf("%7" PRIu64 "  %-5s  %7.3f%%  %9s  %11s  %8.4fx  %8.3f  %8.3f  %8.3f\n", s.version,
-                s.full ? "full" : "delta", 100 * s.density(),
-                HumanCount(s.changed_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
-                static_cast<double>(s.payload_bytes) / static_cast<double>(s.model_bytes),
-                s.diff_seconds + s.encode_seconds, s.send_seconds, apply);
-    std::fflush(stdout);
   }
-  REFIT_ASSIGN_OR_RAISE(int rc, receiver.Wait());
-  if (rc != 0) return Status::Internal("receiver process exited with status " + std::to_string(rc));
+  double apply = sender.acks().empty() ? 0 : sender.acks()[0].apply_seconds;
+  std::printf("%7" PRIu64 "  %-5s  %7.3f%%  %9s  %11s  %8.4fx  %8.3f  %8.3f  %8.3f\n", s.version,
+              s.full ? "full" : "delta", 100 * s.counters.density(),
+              HumanCount(s.counters.changed_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
+              static_cast<double>(s.payload_bytes) / static_cast<double>(s.counters.model_bytes),
+              s.diff_seconds + s.encode_seconds, s.send_seconds, apply);
+  std::fflush(stdout);
+  return Status::OK();
+}
 
-  // Bit-exact: the receiver's file against the sender's in-memory bits, byte for byte.
+// Bit-exact: the receiver's file against the sender's in-memory bits, byte for byte.
+Status CheckBitExact(const std::string& received_path, const SyntheticModel& model,
+                     uint64_t model_bytes) {
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> received,
-                        SafetensorsFile::Open(dir + "/receiver/model.safetensors"));
+                        SafetensorsFile::Open(received_path));
   uint64_t mismatched = 0;
   for (const TensorView& t : model.bf16()) {
     const TensorView* r = received->Find(t.name);
@@ -295,6 +275,94 @@ Status RunDemo(const DemoOptions& o) {
     return Status::Corrupt(std::to_string(mismatched) + " tensors differ after the last sync");
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status RunDemo(const DemoOptions& o) {
+  REFIT_ASSIGN_OR_RAISE(const std::string dir, MakeWorkDir(o.dir));
+  struct Cleanup {
+    std::string dir;
+    bool enabled;
+    ~Cleanup() {
+      std::error_code ec;
+      if (enabled) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir, o.dir.empty()};
+
+  const std::string config_path = dir + "/demo.toml";
+  REFIT_RETURN_NOT_OK(WriteText(config_path, DemoConfig(dir, o.encoding)));
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
+
+  std::printf("refit demo: building a synthetic model of ~%s parameters (bf16)...\n",
+              HumanCount(o.params).c_str());
+  std::fflush(stdout);
+  SyntheticModel model(SyntheticModelSpec::ForParams(o.params, o.seed));
+  ChildProcess receiver;
+  REFIT_RETURN_NOT_OK(StartReceiver(config_path, o.syncs, &receiver));
+
+  uint64_t model_bytes = 0;
+  for (const TensorView& t : model.bf16()) model_bytes += t.nbytes();
+  std::printf(
+      "model: %s parameters in %zu tensors, %s; %d syncs at lr %g, encoding %s, work dir "
+      "%s\n\n",
+      HumanCount(model.num_parameters()).c_str(), model.bf16().size(),
+      HumanBytes(model_bytes).c_str(), o.syncs, o.lr, o.encoding.c_str(), dir.c_str());
+  std::printf("%7s  %-5s  %8s  %9s  %11s  %9s  %8s  %8s  %8s\n", "version", "kind", "density",
+              "changed", "payload", "vs dense", "encode s", "send s", "apply s");
+  for (int v = 1; v <= o.syncs; ++v) {
+    if (v > 1) model.Step(o.lr);
+    REFIT_RETURN_NOT_OK(SyncOnce(*sender, model, receiver));
+  }
+  REFIT_ASSIGN_OR_RAISE(int rc, receiver.Wait());
+  if (rc != 0) return Status::Internal("receiver process exited with status " + std::to_string(rc));
+  return CheckBitExact(dir + "/receiver/model.safetensors", model, model_bytes);
+}
+
+void RegisterDemo(CLI::App& app, Commands& commands) {
+  struct Flags {
+    DemoOptions demo;
+    std::string params = "100M";
+  };
+  auto flags = std::make_shared<Flags>();
+  DemoOptions& demo = flags->demo;
+  auto* cmd = app.add_subcommand(
+      "demo", "Run sender and receiver (two processes, disk transport) on a synthetic model");
+  cmd->add_option("--params", flags->params, "model size, e.g. 100M, 1.5G")->capture_default_str();
+  cmd->add_option("--syncs", demo.syncs, "versions to publish (the first is full)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--lr", demo.lr, "learning rate of the synthetic Adam steps")
+      ->capture_default_str();
+  cmd->add_option("--encoding", demo.encoding, "encoding of delta records")->capture_default_str();
+  cmd->add_option("--dir", demo.dir, "work directory to keep (default: a temp dir, removed)");
+  cmd->add_option("--seed", demo.seed, "random seed")->capture_default_str();
+  commands.push_back({cmd, [flags]() -> Status {
+                        REFIT_ASSIGN_OR_RAISE(flags->demo.params, ParseCount(flags->params));
+                        return RunDemo(flags->demo);
+                      }});
+}
+
+void RegisterSendRecv(CLI::App& app, Commands& commands) {
+  auto send = std::make_shared<SendOptions>();
+  auto* send_cmd = app.add_subcommand("send", "Publish the next version of the weights");
+  send_cmd->add_option("--config", send->config_path, "TOML config")->required();
+  send_cmd->add_option("--weights", send->weights, "safetensors file (default: sender.weights)");
+  send_cmd->add_option("--rank", send->rank, "this sender's rank")->capture_default_str();
+  send_cmd->add_option("--world", send->world, "number of sender ranks")->capture_default_str();
+  send_cmd->add_flag("--wait", send->wait, "wait for the receivers' acks before exiting");
+  commands.push_back({send_cmd, [send] { return RunSend(*send); }});
+
+  auto recv = std::make_shared<RecvOptions>();
+  auto* recv_cmd = app.add_subcommand("recv", "Apply pending versions into the receiver's model");
+  recv_cmd->add_option("--config", recv->config_path, "TOML config")->required();
+  recv_cmd->add_flag("--follow", recv->follow, "keep polling for new versions");
+  recv_cmd->add_option("--until-version", recv->until_version,
+                       "with --follow: exit once this version is applied");
+  recv_cmd->add_option("--timeout", recv->timeout_s, "with --follow: give up after SECONDS");
+  recv_cmd->add_flag("--quiet", recv->quiet, "print nothing on success");
+  commands.push_back({recv_cmd, [recv] { return RunRecv(*recv); }});
 }
 
 }  // namespace refit::cli

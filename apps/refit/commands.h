@@ -1,15 +1,37 @@
-// The `refit` subcommands. main.cc parses flags (CLI11 stays in that one TU) and calls these;
-// each returns a Status, printed by main as one line on stderr.
+// The `refit` subcommands. Each cmd_*.cc registers its subcommands' flags (RegisterX) next to
+// the code that runs them; main.cc only calls the registrations, parses, and runs the chosen
+// command. Each returns a Status, printed by main as one line on stderr.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "refit/status.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace refit::cli {
+
+// A registered subcommand: `run` executes it once the command line is parsed and `app` (the
+// subcommand) was given. The flags' values live in what `run` captures.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<Status()> run;
+};
+using Commands = std::vector<Command>;
+
+// Add their subcommands to `app` and append them to `commands`.
+void RegisterDemo(CLI::App& app, Commands& commands);
+void RegisterOffline(CLI::App& app, Commands& commands);  // diff, apply, inspect, plugins
+void RegisterSendRecv(CLI::App& app, Commands& commands);
+void RegisterPlan(CLI::App& app, Commands& commands);
+void RegisterShard(CLI::App& app, Commands& commands);
+void RegisterBench(CLI::App& app, Commands& commands);
 
 struct DemoOptions {
   uint64_t params = 100'000'000;
@@ -47,8 +69,8 @@ struct RecvOptions {
 Status RunRecv(const RecvOptions& options);
 
 struct ShardOptions {
-  std::string input;   // the HuggingFace checkpoint
-  std::string layout;  // megatron, fsdp, vllm, ... (a layout with list_local)
+  std::string input;           // the HuggingFace checkpoint
+  std::string layout;          // megatron, fsdp, vllm, ... (a layout with list_local)
   int tp = 0, pp = 0, ep = 0;  // 0: from the config, else 1
   int world = 0;               // layouts without a tp split (fsdp): the number of ranks
   std::string config_path;     // [layout.<name>] model description, [plugins]

@@ -1,5 +1,6 @@
-// `refit plan`: the bandwidth model of seed 000 (full gather vs delta transfer per path and
-// parallelism level) that recommends PP-level / TP-level sharded diff and predicts stage seconds.
+// `refit plan`: the bandwidth model of the engineering note "When is delta all-gather (sharded
+// diff) necessary?" (verl; full gather vs delta transfer per path and parallelism level) that
+// recommends PP-level / TP-level sharded diff and predicts stage seconds.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The per-record digest (xxh3-64, seed 0) with runtime CPU dispatch.
+// The per-record digest (xxh3-64: XXH3_64bits, no seed) with runtime CPU dispatch.
 //
 // xxHash picks its vector code at compile time from -m flags, which a portable build keeps at the
 // x86-64 baseline (SSE2): compute-bound at about 15 GB/s here, slower than memory, so the digest

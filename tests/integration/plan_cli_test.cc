@@ -1,4 +1,5 @@
-// `refit plan` reproduces the worked examples of seed 000 to the seed's precision.
+// `refit plan` reproduces the worked examples of the engineering note "When is delta all-gather
+// (sharded diff) necessary?" (configs/plan-examples.toml) to the note's precision.
 #include <gtest/gtest.h>
 
 #include "cli_harness.h"
@@ -6,10 +7,11 @@
 namespace refit::testing {
 namespace {
 
-TEST(PlanCli, SeedExamples) {
+TEST(PlanCli, WorkedExamples) {
   TempDir dir;
-  auto r = RunRefit({"plan", "--config", std::string(REFIT_SOURCE_DIR) + "/configs/plan-seed.toml"},
-                    dir.path());
+  auto r =
+      RunRefit({"plan", "--config", std::string(REFIT_SOURCE_DIR) + "/configs/plan-examples.toml"},
+               dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // NCCL, PP level: 1000 GB / 30 GB/s vs 100 GB / 30 GB/s.
   EXPECT_NE(r.out.find("full gather 33 s vs delta transfer 3.3 s"), std::string::npos) << r.out;
@@ -31,8 +33,9 @@ TEST(PlanCli, SeedExamples) {
 
 TEST(PlanCli, BadTopologyIsOneLine) {
   TempDir dir;
-  WriteAll(dir / "t.toml", "[scenarios.a]\npath = \"nccl\"\nlevel = \"tp\"\nweights_gb = 10\n"
-                           "density = 2\ngather_gbps = 1\ntransfer_gbps = 1\n");
+  WriteAll(dir / "t.toml",
+           "[scenarios.a]\npath = \"nccl\"\nlevel = \"tp\"\nweights_gb = 10\n"
+           "density = 2\ngather_gbps = 1\ntransfer_gbps = 1\n");
   auto r = RunRefit({"plan", "--config", dir / "t.toml"}, dir.path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(LineCount(r.err), 1) << r.err;

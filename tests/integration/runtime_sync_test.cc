@@ -7,10 +7,12 @@ namespace refit::testing {
 namespace {
 
 std::string Config(const TempDir& dir, int ack_timeout_s = 60) {
-  return "[sender]\nstate_dir = \"" + dir / "sender" + "\"\nreceivers = [\"r0\"]\n"
-         "ack_timeout_s = " + std::to_string(ack_timeout_s) +
-         "\nchunk_bytes = \"4KiB\"\nbucket_bytes = \"16KiB\"\n" +
-         "\n[receiver]\nid = \"r0\"\nstate_dir = \"" + dir / "receiver" + "\"\n"
+  return "[sender]\nstate_dir = \"" + dir / "sender" +
+         "\"\nreceivers = [\"r0\"]\n"
+         "ack_timeout_s = " +
+         std::to_string(ack_timeout_s) + "\nchunk_bytes = \"4KiB\"\nbucket_bytes = \"16KiB\"\n" +
+         "\n[receiver]\nid = \"r0\"\nstate_dir = \"" + dir / "receiver" +
+         "\"\n"
          "poll_interval_ms = 20\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
          dir / "sync" + "\"\nfsync = false\n";
 }
@@ -27,10 +29,11 @@ TEST(RuntimeSync, SenderAndReceiverProcessesStayBitExactOverManyVersions) {
     if (v > 1) weights.Mutate(v == 3 ? 0.2 : 0.01, 100 + v);
     ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
     // Each send waits for the previous version's ack before it diffs (baseline rule).
-    auto send = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
-                         dir.path());
+    auto send = RunRefit(
+        {"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"}, dir.path());
     ASSERT_EQ(send.exit_code, 0) << send.err;
-    EXPECT_NE(send.out.find("published version " + std::to_string(v)), std::string::npos) << send.out;
+    EXPECT_NE(send.out.find("published version " + std::to_string(v)), std::string::npos)
+        << send.out;
     EXPECT_NE(send.out.find(v == 1 ? "(full)" : "(delta)"), std::string::npos) << send.out;
   }
   auto r = receiver.Wait();
@@ -58,8 +61,8 @@ TEST(RuntimeSync, SenderDoesNotAdvanceWithoutAcks) {
   // No receiver ran: the next publish must refuse (timeout) rather than diff against v1.
   weights.Mutate(0.01, 6);
   ASSERT_TRUE(weights.Write(dir / "w.safetensors"));
-  auto second = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
-                         dir.path());
+  auto second = RunRefit(
+      {"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"}, dir.path());
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.err.find("not acknowledged"), std::string::npos) << second.err;
   EXPECT_EQ(LineCount(second.err), 1) << second.err;
@@ -67,8 +70,8 @@ TEST(RuntimeSync, SenderDoesNotAdvanceWithoutAcks) {
   // Once the receiver catches up, the same send goes through as a delta on version 1.
   auto recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
   ASSERT_EQ(recv.exit_code, 0) << recv.err;
-  auto third = RunRefit({"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"},
-                        dir.path());
+  auto third = RunRefit(
+      {"send", "--config", dir / "refit.toml", "--weights", dir / "w.safetensors"}, dir.path());
   ASSERT_EQ(third.exit_code, 0) << third.err;
   EXPECT_NE(third.out.find("published version 2 (delta)"), std::string::npos) << third.out;
   recv = RunRefit({"recv", "--config", dir / "refit.toml"}, dir.path());
@@ -116,8 +119,9 @@ TEST(RuntimeSync, ReceiverWithUnknownStateGetsAFullSync) {
   EXPECT_FALSE(std::filesystem::exists(dir / "sync/acks/r0/need-full"));
 }
 
-// DESIGN invariant 4 under a crash: a receiver killed in the middle of applying xor (or step)
-// records resumes through its journal and applies each record exactly once.
+// Invariant 4 (exactly-once, docs/architecture.md) under a crash: a receiver killed in the middle
+// of applying xor (or step) records resumes through its journal and applies each record exactly
+// once.
 void KillMidApplyThenResume(const std::string& encoding) {
   TempDir dir;
   std::string config = Config(dir);

@@ -284,9 +284,10 @@ uint64_t PeakResident(const std::string& out) {
   return at == std::string::npos ? 0 : std::strtoull(out.c_str() + at + 1, nullptr, 10);
 }
 
-// Issue 4's memory rule on a model of > 1 GiB cut over two FSDP ranks: no rank's peak resident
-// memory exceeds its shard + its baseline + two buckets + a constant (the chunks in flight, code
-// and heap; chunks are small here so the constant does not hide the rest).
+// The bounded-memory rule (invariant 5, docs/architecture.md) on a model of > 1 GiB cut over two
+// FSDP ranks: no rank's peak resident memory exceeds its shard + its baseline + two buckets + a
+// constant (the chunks in flight, code and heap; chunks are small here so the constant does not
+// hide the rest).
 TEST(ShardedSync, RankPeakMemoryStaysWithinShardBaselineAndTwoBuckets) {
   TempDir dir;
   const uint64_t rows = 8192, cols = 4096, tensors = 17;  // 17 x 64 MiB of bf16 = 1.06 GiB

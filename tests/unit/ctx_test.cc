@@ -79,7 +79,7 @@ TEST(CtxCodec, SyntheticDeltaIsWellBelowTheOrder0Bound) {
   EXPECT_LT(density, 0.03);
   const ctx::Order0Bound bound = ctx::ComputeOrder0Bound(
       d.old_bits.data(), d.new_bits.data(), 2, d.n(), d.positions.data(), d.positions.size());
-  // Issue 3's target is <= 0.75x the bound; this run measures ~0.66x.
+  // ctx's target (plugins/encodings/ctx/README.md) is <= 0.75x the bound; this run measures ~0.66x.
   EXPECT_LT(static_cast<double>(payload.size()), 0.75 * bound.total_bytes())
       << payload.size() << " bytes vs bound " << bound.total_bytes();
 }

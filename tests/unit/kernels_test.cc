@@ -150,7 +150,8 @@ TEST(Digest, StreamOverPiecesEqualsOneShot) {
 }
 
 TEST(Digest, KnownValue) {
-  // xxh3-64 of the empty input (seed 0): the wire format depends on this exact function.
+  // xxh3-64 of the empty input (XXH3_64bits, no seed): the wire format depends on this exact
+  // function.
   EXPECT_EQ(Digest64("", 0), 0x2d06800538d394c2ull);
 }
 

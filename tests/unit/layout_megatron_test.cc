@@ -24,7 +24,7 @@ Config MegatronConfig(const ModelDesc& m, const Parallel& par) {
   return c.ok() ? c.value() : Config();
 }
 
-// What rank (t, e, p) holds, written out directly from the Megatron-Core rules (issue 4):
+// What rank (t, e, p) holds, written out directly from the Megatron-Core rules (docs/layouts.md):
 // name -> bits.
 std::map<std::string, std::vector<uint8_t>> ExpectedMegatronRank(
     const ModelDesc& m, const Parallel& par, int rank, const std::vector<CanonicalTensor>& c) {

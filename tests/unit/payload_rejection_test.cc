@@ -1,6 +1,6 @@
-// Hostile payloads and control objects (issue 5, "Hostile input"): every truncated or corrupted
-// payload is rejected with one error line naming the payload and, where a record is at fault,
-// the record and its tensor; names cannot escape or name tensors the receiver lacks; sizes
+// Hostile payloads and control objects (docs/reliability.md, "Hostile input"): every truncated or
+// corrupted payload is rejected with one error line naming the payload and, where a record is at
+// fault, the record and its tensor; names cannot escape or name tensors the receiver lacks; sizes
 // cannot overflow.
 //
 // The guarantee these tests pin down, per stage:

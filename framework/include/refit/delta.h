@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/delta_counters.h"
 #include "refit/export.h"
 #include "refit/receiver.h"
 #include "refit/registry.h"
@@ -23,11 +24,7 @@ struct DeltaOptions {
 };
 
 struct DeltaEncodeStats {
-  uint64_t total_elements = 0;
-  uint64_t changed_elements = 0;
-  uint64_t model_bytes = 0;
-  uint64_t changed_bytes = 0;
-  uint64_t records = 0;
+  DeltaCounters counters;
   double seconds = 0;  // wall time of diff + encode + digest
 };
 

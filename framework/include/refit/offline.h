@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/delta_counters.h"
 #include "refit/export.h"
 #include "refit/receiver.h"
 #include "refit/registry.h"
@@ -16,11 +17,8 @@ namespace refit {
 
 struct DiffStats {
   uint64_t tensors = 0;
-  uint64_t total_elements = 0;
-  uint64_t changed_elements = 0;
-  uint64_t model_bytes = 0;
-  uint64_t delta_bytes = 0;
-  uint64_t records = 0;
+  DeltaCounters counters;
+  uint64_t delta_bytes = 0;  // the delta file's size
 };
 
 // Writes a delta taking base_path to new_path. encoding applies to changed tensors; tensors that

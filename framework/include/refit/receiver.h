@@ -8,6 +8,7 @@
 #include <string>
 
 #include "refit/config.h"
+#include "refit/delta_counters.h"
 #include "refit/export.h"
 #include "refit/registry.h"
 #include "refit/status.h"
@@ -17,10 +18,11 @@ namespace refit {
 struct ApplyStats {
   uint64_t version = 0;
   bool full = false;
-  uint64_t records = 0;
+  // Records applied and the elements they changed; the model-size counters stay 0 (the receiver
+  // applies records, it does not walk the model).
+  DeltaCounters counters;
   uint64_t payloads = 0;
   uint64_t payload_bytes = 0;
-  uint64_t changed_elements = 0;
   // Exactly-once apply of xor/step records (framework/src/receive/journal.h): records journaled
   // before they touched the model, and, when resuming an interrupted apply, entries replayed and
   // records skipped because an earlier attempt had journaled them.

@@ -8,6 +8,7 @@
 
 #include "refit/config.h"
 #include "refit/delta.h"
+#include "refit/delta_counters.h"
 #include "refit/dtype.h"
 #include "refit/export.h"
 #include "refit/log.h"

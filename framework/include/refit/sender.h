@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/delta_counters.h"
 #include "refit/export.h"
 #include "refit/registry.h"
 #include "refit/status.h"
@@ -34,12 +35,8 @@ struct SyncStats {
   std::optional<uint64_t> base_version;
   bool full = false;
   uint64_t tensors = 0;
-  uint64_t total_elements = 0;
-  uint64_t changed_elements = 0;
-  uint64_t model_bytes = 0;    // one copy of the model, dense
-  uint64_t changed_bytes = 0;  // changed elements * their size
+  DeltaCounters counters;      // of this rank's slices
   uint64_t payload_bytes = 0;  // what crossed the transport
-  uint64_t records = 0;
   uint64_t payloads = 0;
   double wait_seconds = 0;  // waiting for the previous version's acks + baseline advance
   double diff_seconds = 0;
@@ -53,9 +50,6 @@ struct SyncStats {
   bool adopted_commit = false;
   bool republished = false;
   uint64_t advance_resumed_entries = 0;
-  double density() const {
-    return total_elements ? static_cast<double>(changed_elements) / total_elements : 0.0;
-  }
 };
 class REFIT_API Sender {
  public:

@@ -1,6 +1,6 @@
 // Fault injection (docs/reliability.md, docs/config.md [faults]): a decorator over any transport
 // that drops, delays, truncates or corrupts puts, fails them with ENOSPC/EIO and fails or corrupts
-// gets; and kills of the process at named protocol points (MaybeKillAt, engine.h).
+// gets; and kills of the process at named protocol points (MaybeKillAt, below).
 //
 // Every decision is a pure function of (seed, operation, key or point, how many times this
 // process saw that operation on that key): a run is reproducible from its seed even though the

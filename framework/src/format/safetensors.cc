@@ -215,6 +215,32 @@ Status ParseEntry(const std::string& name, const json& entry, uint64_t buffer_si
   return Status::OK();
 }
 
+// Per the spec the tensors tile the buffer exactly: sorted by offsets (as `entries` are), each
+// starts where the previous one ended and the last ends at the buffer's end.
+Status CheckTiling(const std::vector<ParsedEntry>& entries, uint64_t buffer_size) {
+  uint64_t covered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParsedEntry& e = entries[i];
+    if (e.begin < covered) {
+      const ParsedEntry& prev = entries[i - 1];
+      return Status::Corrupt("tensor " + Quoted(e.view.name) + ": data_offsets " +
+                             OffsetsText(e.begin, e.end) + " overlap tensor " +
+                             Quoted(prev.view.name) + " " + OffsetsText(prev.begin, prev.end));
+    }
+    if (e.begin > covered) {
+      return Status::Corrupt("bytes " + OffsetsText(covered, e.begin) +
+                             " of the data buffer belong to no tensor (before tensor " +
+                             Quoted(e.view.name) + ")");
+    }
+    covered = e.end;
+  }
+  if (covered != buffer_size) {
+    return Status::Corrupt("bytes " + OffsetsText(covered, buffer_size) +
+                           " of the data buffer belong to no tensor");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------ reading
@@ -303,31 +329,11 @@ Status SafetensorsFile::Parse() {
     entries.push_back(std::move(entry));
   }
 
-  // Per the spec the tensors tile the buffer exactly: sorted by offsets, each starts where the
-  // previous one ended and the last ends at the buffer's end.
   std::stable_sort(entries.begin(), entries.end(), [](const ParsedEntry& a, const ParsedEntry& b) {
     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
   });
-  uint64_t covered = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ParsedEntry& e = entries[i];
-    if (e.begin < covered) {
-      const ParsedEntry& prev = entries[i - 1];
-      return corrupt("tensor " + Quoted(e.view.name) + ": data_offsets " +
-                     OffsetsText(e.begin, e.end) + " overlap tensor " + Quoted(prev.view.name) +
-                     " " + OffsetsText(prev.begin, prev.end));
-    }
-    if (e.begin > covered) {
-      return corrupt("bytes " + OffsetsText(covered, e.begin) +
-                     " of the data buffer belong to no tensor (before tensor " +
-                     Quoted(e.view.name) + ")");
-    }
-    covered = e.end;
-  }
-  if (covered != buffer_size) {
-    return corrupt("bytes " + OffsetsText(covered, buffer_size) +
-                   " of the data buffer belong to no tensor");
-  }
+  Status tiled = CheckTiling(entries, buffer_size);
+  if (!tiled.ok()) return corrupt(tiled.message());
 
   tensors_.reserve(entries.size());
   uint8_t* buffer = const_cast<uint8_t*>(base_) + data_start_;

@@ -366,6 +366,93 @@ std::string Payload::MetadataOr(const std::string& key, const std::string& fallb
   return it == metadata_.end() ? fallback : it->second;
 }
 
+namespace {
+
+// The record's box against its tensor: same rank, the tensor's byte size fits in 64 bits (the
+// box then fits too) and the box lies inside the tensor.
+Status CheckRecordBox(const RecordHeader& h, const std::string& where) {
+  if (h.box_offset.size() != h.shape.size() || h.box_extent.size() != h.shape.size()) {
+    return Status::Corrupt(where + ": box rank differs from the tensor's rank");
+  }
+  auto n = NumElements(h.shape);
+  uint64_t tensor_bytes = 0;
+  if (!n.ok() || __builtin_mul_overflow(n.value(), uint64_t{SizeOf(h.dtype)}, &tensor_bytes)) {
+    return Status::Corrupt(where + ": shape " + ShapeToString(h.shape) +
+                           " has more than 2^64 bytes");
+  }
+  for (size_t d = 0; d < h.shape.size(); ++d) {
+    // Written without offset + extent, which could wrap around 2^64.
+    if (h.box_offset[d] > h.shape[d] || h.box_extent[d] > h.shape[d] - h.box_offset[d]) {
+      return Status::Corrupt(where + ": box [" + std::to_string(h.box_offset[d]) + ", +" +
+                             std::to_string(h.box_extent[d]) + ") exceeds dim " +
+                             std::to_string(d) + " of size " + std::to_string(h.shape[d]));
+    }
+  }
+  return Status::OK();
+}
+
+// The tensor, dtype, shape and box of a record; `where` gains the tensor's name once it is known,
+// so later errors name it.
+Status ParseRecordTensor(const json& r, std::string& where, RecordHeader& h) {
+  auto fail = [&](const Status& st) { return Status::Corrupt(where + ": " + st.message()); };
+  auto tensor = StringField(r, "tensor");
+  if (!tensor.ok()) return fail(tensor.status());
+  h.tensor = tensor.value();
+  Status name_ok = CheckName(h.tensor, "tensor name");
+  if (!name_ok.ok()) return fail(name_ok);
+  where += " (" + Quoted(h.tensor) + ")";
+  auto dt = StringField(r, "dtype");
+  if (!dt.ok()) return fail(dt.status());
+  auto dtype = DTypeFrom(dt.value());
+  if (!dtype.ok()) return fail(dtype.status());
+  h.dtype = dtype.value();
+  for (auto [key, dst] : {std::pair<const char*, Shape*>{"shape", &h.shape},
+                          {"box_offset", &h.box_offset},
+                          {"box_extent", &h.box_extent}}) {
+    auto f = r.find(key);
+    if (f == r.end()) return Status::Corrupt(where + ": missing field '" + key + "'");
+    auto shape = ShapeFrom(*f, key);
+    if (!shape.ok()) return fail(shape.status());
+    *dst = shape.value();
+  }
+  return CheckRecordBox(h, where);
+}
+
+// The encoding, op, change count, digest and create flag of a record.
+Status ParseRecordCoding(const json& r, const std::string& where, RecordHeader& h) {
+  auto fail = [&](const Status& st) { return Status::Corrupt(where + ": " + st.message()); };
+  auto enc = StringField(r, "encoding");
+  if (!enc.ok()) return fail(enc.status());
+  h.encoding = enc.value();
+  Status enc_ok = CheckName(h.encoding, "encoding name");
+  if (!enc_ok.ok()) return fail(enc_ok);
+  auto op = StringField(r, "op");
+  if (!op.ok()) return fail(op.status());
+  auto opv = OpFromName(op.value());
+  if (!opv.ok()) return fail(opv.status());
+  h.op = opv.value();
+  auto changed = U64Field(r, "changed");
+  if (!changed.ok()) return fail(changed.status());
+  h.changed = changed.value();
+  if (h.changed > h.box_elements()) {
+    return Status::Corrupt(where + ": " + std::to_string(h.changed) + " changes in a box of " +
+                           std::to_string(h.box_elements()) + " elements");
+  }
+  auto digest = StringField(r, "digest");
+  if (!digest.ok()) return fail(digest.status());
+  auto dv = ParseHexDigest(digest.value());
+  if (!dv.ok()) return fail(dv.status());
+  h.digest = dv.value();
+  auto create = r.find("create");
+  if (create != r.end()) {
+    if (!create->is_boolean()) return Status::Corrupt(where + ": field 'create' is not a bool");
+    h.create = create->get<bool>();
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<Payload> Payload::Parse(const uint8_t* data, uint64_t size, std::string label) {
   auto container = SafetensorsFile::FromBuffer(data, size, label);
   if (!container.ok()) return NameBlobRecord(container.status());
@@ -393,76 +480,12 @@ Result<Payload> Payload::Parse(const uint8_t* data, uint64_t size, std::string l
     const json& r = records[i];
     // Every error below is one line: "<label>: record <i> ('<tensor>'): <what>".
     std::string where = label + ": record " + std::to_string(i);
-    auto fail = [&](const Status& st) { return Status::Corrupt(where + ": " + st.message()); };
     if (!r.is_object()) return Status::Corrupt(where + ": not an object");
     RecordHeader h;
-    auto tensor = StringField(r, "tensor");
-    if (!tensor.ok()) return fail(tensor.status());
-    h.tensor = tensor.value();
-    Status name_ok = CheckName(h.tensor, "tensor name");
-    if (!name_ok.ok()) return fail(name_ok);
-    where += " (" + Quoted(h.tensor) + ")";
-    auto dt = StringField(r, "dtype");
-    if (!dt.ok()) return fail(dt.status());
-    auto dtype = DTypeFrom(dt.value());
-    if (!dtype.ok()) return fail(dtype.status());
-    h.dtype = dtype.value();
-    for (auto [key, dst] : {std::pair<const char*, Shape*>{"shape", &h.shape},
-                            {"box_offset", &h.box_offset},
-                            {"box_extent", &h.box_extent}}) {
-      auto f = r.find(key);
-      if (f == r.end()) return Status::Corrupt(where + ": missing field '" + key + "'");
-      auto shape = ShapeFrom(*f, key);
-      if (!shape.ok()) return fail(shape.status());
-      *dst = shape.value();
-    }
-    if (h.box_offset.size() != h.shape.size() || h.box_extent.size() != h.shape.size()) {
-      return Status::Corrupt(where + ": box rank differs from the tensor's rank");
-    }
-    // The tensor's byte size must fit in 64 bits; the box then fits too (checked below).
-    auto n = NumElements(h.shape);
-    uint64_t tensor_bytes = 0;
-    if (!n.ok() || __builtin_mul_overflow(n.value(), uint64_t{SizeOf(h.dtype)}, &tensor_bytes)) {
-      return Status::Corrupt(where + ": shape " + ShapeToString(h.shape) +
-                             " has more than 2^64 bytes");
-    }
-    for (size_t d = 0; d < h.shape.size(); ++d) {
-      // Written without offset + extent, which could wrap around 2^64.
-      if (h.box_offset[d] > h.shape[d] || h.box_extent[d] > h.shape[d] - h.box_offset[d]) {
-        return Status::Corrupt(where + ": box [" + std::to_string(h.box_offset[d]) + ", +" +
-                               std::to_string(h.box_extent[d]) + ") exceeds dim " +
-                               std::to_string(d) + " of size " + std::to_string(h.shape[d]));
-      }
-    }
-    auto enc = StringField(r, "encoding");
-    if (!enc.ok()) return fail(enc.status());
-    h.encoding = enc.value();
-    Status enc_ok = CheckName(h.encoding, "encoding name");
-    if (!enc_ok.ok()) return fail(enc_ok);
-    auto op = StringField(r, "op");
-    if (!op.ok()) return fail(op.status());
-    auto opv = OpFromName(op.value());
-    if (!opv.ok()) return fail(opv.status());
-    h.op = opv.value();
-    auto changed = U64Field(r, "changed");
-    if (!changed.ok()) return fail(changed.status());
-    h.changed = changed.value();
-    if (h.changed > h.box_elements()) {
-      return Status::Corrupt(where + ": " + std::to_string(h.changed) + " changes in a box of " +
-                             std::to_string(h.box_elements()) + " elements");
-    }
-    auto digest = StringField(r, "digest");
-    if (!digest.ok()) return fail(digest.status());
-    auto dv = ParseHexDigest(digest.value());
-    if (!dv.ok()) return fail(dv.status());
-    h.digest = dv.value();
-    auto create = r.find("create");
-    if (create != r.end()) {
-      if (!create->is_boolean()) return Status::Corrupt(where + ": field 'create' is not a bool");
-      h.create = create->get<bool>();
-    }
+    REFIT_RETURN_NOT_OK(ParseRecordTensor(r, where, h));
+    REFIT_RETURN_NOT_OK(ParseRecordCoding(r, where, h));
     auto blob = StringField(r, "blob");
-    if (!blob.ok()) return fail(blob.status());
+    if (!blob.ok()) return Status::Corrupt(where + ": " + blob.status().message());
     const TensorView* view = file->Find(blob.value());
     if (view == nullptr) {
       return Status::Corrupt(where + ": blob " + Quoted(blob.value()) + " is not in the payload");

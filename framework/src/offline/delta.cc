@@ -57,11 +57,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
     REFIT_ASSIGN_OR_RAISE(out, empty.Finish());
   }
   if (stats != nullptr) {
-    stats->total_elements = writer.total_elements;
-    stats->changed_elements = writer.changed_elements;
-    stats->model_bytes = writer.model_bytes;
-    stats->changed_bytes = writer.changed_bytes;
-    stats->records = writer.records;
+    stats->counters = writer.counters;
     stats->seconds = clock.Seconds();
   }
   return out;

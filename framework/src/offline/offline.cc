@@ -68,11 +68,8 @@ Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new
       out_path, std::string_view(reinterpret_cast<const char*>(delta.data()), delta.size())));
   DiffStats stats;
   stats.tensors = next->tensors().size();
-  stats.total_elements = encoded.total_elements;
-  stats.changed_elements = encoded.changed_elements;
-  stats.model_bytes = encoded.model_bytes;
+  stats.counters = encoded.counters;
   stats.delta_bytes = delta.size();
-  stats.records = encoded.records;
   return stats;
 }
 

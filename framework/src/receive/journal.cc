@@ -26,7 +26,7 @@ constexpr uint32_t kMaxEntryBytes = 1u << 31;
 void Put(std::string& out, const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
 template <typename T>
 void PutInt(std::string& out, T v) {
-  Put(out, &v, sizeof(v));  // x86-64 / aarch64: little-endian hosts only (DESIGN.md)
+  Put(out, &v, sizeof(v));  // x86-64 / aarch64: little-endian hosts only, the only ones supported
 }
 
 // A bounds-checked reader over one entry body.

@@ -1,5 +1,5 @@
 // The receiver's apply journal: a redo log that makes applying non-idempotent records (xor, step)
-// exactly-once across crashes (DESIGN invariant 4).
+// exactly-once across crashes (invariant 4, docs/architecture.md).
 //
 // A non-idempotent record is decoded into scratch and verified first; the elements it changes
 // (box-relative positions + their new bits) are then appended here as an OVERWRITE entry, synced

@@ -293,7 +293,7 @@ struct Receiver::Impl {
     stats.total_seconds = total.Seconds();
     // Until the ack is stored, a failed put is redone by EnsureAcknowledged on the next poll.
     ack_checked = false;
-    REFIT_RETURN_NOT_OK(Acknowledge(c, stats.total_seconds, stats.records));
+    REFIT_RETURN_NOT_OK(Acknowledge(c, stats.total_seconds, stats.counters.records));
     ack_checked = true;
     return stats;
   }

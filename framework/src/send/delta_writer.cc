@@ -77,8 +77,8 @@ Status DeltaWriter::Add(const SliceSource& s) {
   rel.offset.assign(s.local_box.extent.size(), 0);
   rel.extent = s.local_box.extent;
   uint64_t n = BoxElements(rel);
-  total_elements += n;
-  model_bytes += n * elem;
+  counters.total_elements += n;
+  counters.model_bytes += n * elem;
   auto src = std::make_shared<const SliceSource>(s);
   for (const Box& chunk : SplitBox(rel, std::max<uint64_t>(chunk_bytes_ / elem, 1))) {
     Slot& slot = *slots_[next_slot_];
@@ -105,54 +105,36 @@ Status DeltaWriter::Add(const SliceSource& s) {
   return Status::OK();
 }
 
+namespace {
+
+// Encodes `in` into `out` (resized to the encoding's bound); the encoded length.
+Result<uint64_t> EncodeInto(const Encoding& enc, const refit_encode_input_t& in,
+                            kernels::UninitVector<uint8_t>& out) {
+  uint64_t cap = enc.MaxEncodedSize(in);
+  if (cap == 0) return Status::Internal("encoding '" + enc.name() + "' cannot size its output");
+  out.resize(cap);
+  return enc.Encode(in, out.data(), cap);
+}
+
+}  // namespace
+
 void DeltaWriter::Compute(Slot& slot) {
   const SliceSource& s = *slot.src;
   const Box& rel = slot.rel;
   const uint32_t elem = SizeOf(s.dtype);
   const uint64_t n = BoxElements(rel);
-  Box local = rel;
-  for (size_t d = 0; d < rel.offset.size(); ++d) local.offset[d] += s.local_box.offset[d];
   slot.status = Status::OK();
   slot.chosen = nullptr;
   slot.encoded_len = 0;
 
-  // Contiguous boxes are read in place; others are gathered once into scratch.
-  const uint8_t* new_bits;
-  const uint8_t* old_bits = nullptr;
   Stopwatch diff_clock;
-  if (BoxIsContiguous(s.local_shape, local)) {
-    uint64_t start = BoxStartElement(s.local_shape, local) * elem;
-    new_bits = s.new_bits + start;
-    if (s.old_bits != nullptr) old_bits = s.old_bits + start;
-  } else {
-    slot.new_scratch.resize(n * elem);
-    GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
-    new_bits = slot.new_scratch.data();
-    if (s.old_bits != nullptr) {
-      slot.old_scratch.resize(n * elem);
-      GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
-      old_bits = slot.old_scratch.data();
-    }
-  }
-  slot.positions.clear();
-  slot.old_values.clear();
-  slot.new_values.clear();
-  uint64_t changed = n;
-  uint64_t digest = 0;
+  const uint8_t* new_bits = nullptr;
+  const uint8_t* old_bits = nullptr;
+  ReadBits(slot, &new_bits, &old_bits);
   // Only an encoder reads the packed values (a dense record copies the bits at commit).
   const bool encodes = single_ != nullptr || auto_ != nullptr;
-  if (old_bits != nullptr) {
-    // One pass: each block of the new bits is digested while the diff has it in cache, and the
-    // changed elements' bits are copied out of it for the encoder.
-    kernels::ChangedValues values;
-    if (encodes) values = {&slot.old_values, &slot.new_values};
-    const kernels::DiffDigest d =
-        kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions, values);
-    changed = d.changed;
-    digest = d.digest;
-  } else {
-    digest = kernels::Digest64(new_bits, n * elem);
-  }
+  uint64_t digest = 0;
+  const uint64_t changed = DiffAndDigest(slot, new_bits, old_bits, encodes, &digest);
   slot.diff_seconds = diff_clock.Seconds();
   slot.encode_seconds = 0;
   RecordHeader& h = slot.header;
@@ -161,21 +143,7 @@ void DeltaWriter::Compute(Slot& slot) {
   if (changed == 0) return;
 
   Stopwatch encode_clock;
-  refit_encode_input_t& in = slot.in;
-  in = refit_encode_input_t{};
-  in.struct_size = sizeof(in);
-  in.dtype = static_cast<int32_t>(s.dtype);
-  in.elem_size = elem;
-  in.n_elems = n;
-  in.old_bits = old_bits;
-  in.new_bits = new_bits;
-  in.positions = old_bits != nullptr ? slot.positions.data() : nullptr;
-  in.n_changed = changed;
-  if (old_bits != nullptr && encodes) {
-    in.old_values = slot.old_values.data();
-    in.new_values = slot.new_values.data();
-  }
-
+  FillEncodeInput(slot, new_bits, old_bits, encodes);
   h.tensor = s.tensor;
   h.dtype = s.dtype;
   h.shape = s.canonical_shape;
@@ -189,63 +157,130 @@ void DeltaWriter::Compute(Slot& slot) {
   // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
   // dense copy is made at commit, straight into the payload.
   if (old_bits == nullptr || !encodes) return;
-  auto encode = [&](const Encoding* enc, kernels::UninitVector<uint8_t>& out) -> Result<uint64_t> {
-    uint64_t cap = enc->MaxEncodedSize(in);
-    if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");
-    out.resize(cap);
-    return enc->Encode(in, out.data(), cap);
-  };
-  const uint64_t dense_bytes = n * elem;
   if (single_ != nullptr) {
-    Result<uint64_t> written = encode(single_, slot.best);
+    EncodeSingle(slot, n * elem);
+  } else {
+    EncodeAuto(slot, n * elem);
+  }
+  slot.encode_seconds = encode_clock.Seconds();
+}
+
+void DeltaWriter::ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits) {
+  const SliceSource& s = *slot.src;
+  const uint32_t elem = SizeOf(s.dtype);
+  const uint64_t n = BoxElements(slot.rel);
+  Box local = slot.rel;
+  for (size_t d = 0; d < local.offset.size(); ++d) local.offset[d] += s.local_box.offset[d];
+  // Contiguous boxes are read in place; others are gathered once into scratch.
+  if (BoxIsContiguous(s.local_shape, local)) {
+    uint64_t start = BoxStartElement(s.local_shape, local) * elem;
+    *new_bits = s.new_bits + start;
+    if (s.old_bits != nullptr) *old_bits = s.old_bits + start;
+    return;
+  }
+  slot.new_scratch.resize(n * elem);
+  GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
+  *new_bits = slot.new_scratch.data();
+  if (s.old_bits != nullptr) {
+    slot.old_scratch.resize(n * elem);
+    GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
+    *old_bits = slot.old_scratch.data();
+  }
+}
+
+uint64_t DeltaWriter::DiffAndDigest(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits,
+                                    bool encodes, uint64_t* digest) {
+  const uint32_t elem = SizeOf(slot.src->dtype);
+  const uint64_t n = BoxElements(slot.rel);
+  slot.positions.clear();
+  slot.old_values.clear();
+  slot.new_values.clear();
+  if (old_bits == nullptr) {
+    // A create record: every element counts as changed.
+    *digest = kernels::Digest64(new_bits, n * elem);
+    return n;
+  }
+  // One pass: each block of the new bits is digested while the diff has it in cache, and the
+  // changed elements' bits are copied out of it for the encoder.
+  kernels::ChangedValues values;
+  if (encodes) values = {&slot.old_values, &slot.new_values};
+  const kernels::DiffDigest d =
+      kernels::DiffPositionsAndDigest(old_bits, new_bits, n, elem, &slot.positions, values);
+  *digest = d.digest;
+  return d.changed;
+}
+
+void DeltaWriter::FillEncodeInput(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits,
+                                  bool encodes) {
+  const SliceSource& s = *slot.src;
+  refit_encode_input_t& in = slot.in;
+  in = refit_encode_input_t{};
+  in.struct_size = sizeof(in);
+  in.dtype = static_cast<int32_t>(s.dtype);
+  in.elem_size = SizeOf(s.dtype);
+  in.n_elems = BoxElements(slot.rel);
+  in.old_bits = old_bits;
+  in.new_bits = new_bits;
+  in.positions = old_bits != nullptr ? slot.positions.data() : nullptr;
+  in.n_changed = slot.header.changed;
+  if (old_bits != nullptr && encodes) {
+    in.old_values = slot.old_values.data();
+    in.new_values = slot.new_values.data();
+  }
+}
+
+void DeltaWriter::EncodeSingle(Slot& slot, uint64_t dense_bytes) {
+  Result<uint64_t> written = EncodeInto(*single_, slot.in, slot.best);
+  if (!written.ok()) {
+    slot.status = written.status();
+    return;
+  }
+  if (written.value() < dense_bytes) {
+    slot.chosen = single_;
+    slot.encoded_len = written.value();
+  }
+}
+
+void DeltaWriter::EncodeAuto(Slot& slot, uint64_t dense_bytes) {
+  // Every candidate runs; the smallest so far stays in `best`.
+  const auto& cands = auto_->candidates;
+  slot.sizes.assign(cands.size(), UINT64_MAX);
+  size_t smallest = cands.size();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Result<uint64_t> written = EncodeInto(*cands[i], slot.in, slot.trial);
     if (!written.ok()) {
       slot.status = written.status();
       return;
     }
-    if (written.value() < dense_bytes) {
-      slot.chosen = single_;
-      slot.encoded_len = written.value();
+    slot.sizes[i] = written.value();
+    if (smallest == cands.size() || written.value() < slot.sizes[smallest]) {
+      smallest = i;
+      std::swap(slot.best, slot.trial);
     }
-  } else {
-    // Every candidate runs; the smallest so far stays in `best`.
-    const auto& cands = auto_->candidates;
-    slot.sizes.assign(cands.size(), UINT64_MAX);
-    size_t smallest = cands.size();
+  }
+  // `fastest`: the first candidate (cheapest to apply first) within the budget of the smallest,
+  // re-encoded into `best` unless it is the smallest itself.
+  size_t pick = smallest;
+  if (auto_->fastest && smallest < cands.size()) {
+    const double limit = static_cast<double>(slot.sizes[smallest]) * auto_->budget;
     for (size_t i = 0; i < cands.size(); ++i) {
-      Result<uint64_t> written = encode(cands[i], slot.trial);
+      if (static_cast<double>(slot.sizes[i]) <= limit) {
+        pick = i;
+        break;
+      }
+    }
+    if (pick != smallest) {
+      Result<uint64_t> written = EncodeInto(*cands[pick], slot.in, slot.best);
       if (!written.ok()) {
         slot.status = written.status();
         return;
       }
-      slot.sizes[i] = written.value();
-      if (smallest == cands.size() || written.value() < slot.sizes[smallest]) {
-        smallest = i;
-        std::swap(slot.best, slot.trial);
-      }
-    }
-    size_t pick = smallest;
-    if (auto_->fastest && smallest < cands.size()) {
-      const double limit = static_cast<double>(slot.sizes[smallest]) * auto_->budget;
-      for (size_t i = 0; i < cands.size(); ++i) {
-        if (static_cast<double>(slot.sizes[i]) <= limit) {
-          pick = i;
-          break;
-        }
-      }
-      if (pick != smallest) {
-        Result<uint64_t> written = encode(cands[pick], slot.best);
-        if (!written.ok()) {
-          slot.status = written.status();
-          return;
-        }
-      }
-    }
-    if (pick < cands.size() && slot.sizes[pick] < dense_bytes) {
-      slot.chosen = cands[pick];
-      slot.encoded_len = slot.sizes[pick];
     }
   }
-  slot.encode_seconds = encode_clock.Seconds();
+  if (pick < cands.size() && slot.sizes[pick] < dense_bytes) {
+    slot.chosen = cands[pick];
+    slot.encoded_len = slot.sizes[pick];
+  }
 }
 
 Status DeltaWriter::WaitAndCommit(Slot& slot) {
@@ -295,9 +330,9 @@ Status DeltaWriter::Commit(Slot& slot) {
     encode_seconds += clock.Seconds();
   }
   slot.header.tensor = std::move(tensor);  // for the caller's error context
-  changed_elements += changed;
-  changed_bytes += changed * SizeOf(slot.src->dtype);
-  ++records;
+  counters.changed_elements += changed;
+  counters.changed_bytes += changed * SizeOf(slot.src->dtype);
+  ++counters.records;
   return Status::OK();
 }
 

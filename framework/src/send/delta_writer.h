@@ -12,6 +12,7 @@
 #include "common/worker_pool.h"
 #include "format/wire.h"
 #include "plugins/encoding_cache.h"
+#include "refit/delta_counters.h"
 #include "send/auto_policy.h"
 
 namespace refit::internal {
@@ -52,11 +53,7 @@ class DeltaWriter {
     if (builder_.empty()) builder_.Reserve(bytes);
   }
 
-  uint64_t total_elements = 0;
-  uint64_t changed_elements = 0;
-  uint64_t model_bytes = 0;
-  uint64_t changed_bytes = 0;
-  uint64_t records = 0;
+  DeltaCounters counters;     // of every slice added
   double diff_seconds = 0;    // summed over worker threads
   double encode_seconds = 0;  // summed over worker threads
 
@@ -65,7 +62,19 @@ class DeltaWriter {
  private:
   struct Slot;
   Status Prepare();
-  void Compute(Slot& slot);   // diff + digest + encode (any thread)
+  void Compute(Slot& slot);  // diff + digest + encode (any thread)
+  // Compute's steps. The slice's bits for the slot's box: in place when contiguous, else
+  // gathered into the slot's scratch (old_bits stays null for a create record).
+  void ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits);
+  // Changed positions (and their packed values when `encodes`) and the digest of the new bits;
+  // the number of changed elements.
+  uint64_t DiffAndDigest(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes,
+                         uint64_t* digest);
+  void FillEncodeInput(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes);
+  // Encode into slot.best with the configured encoding / every auto candidate; slot.chosen stays
+  // null (dense) unless the result is smaller than `dense_bytes`.
+  void EncodeSingle(Slot& slot, uint64_t dense_bytes);
+  void EncodeAuto(Slot& slot, uint64_t dense_bytes);
   Status Commit(Slot& slot);  // append in order (caller's thread)
   Status WaitAndCommit(Slot& slot);
   Status DrainSlots();

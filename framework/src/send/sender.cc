@@ -1,5 +1,6 @@
 // The sender pipeline: baseline -> bitwise diff -> encode -> bucket -> transport -> manifest ->
-// commit; the baseline advances only after every receiver acknowledged (DESIGN invariant 3).
+// commit; the baseline advances only after every receiver acknowledged (invariant 3,
+// docs/architecture.md).
 #include "refit/sender.h"
 
 #include <map>
@@ -30,6 +31,48 @@ using internal::LocalSlice;
 using internal::MakeDirs;
 using internal::Stopwatch;
 using json = nlohmann::json;
+
+namespace {
+
+// The slice of a local tensor the writer diffs: its new bits, its old ones (null for a full
+// sync) and where it sits in the canonical tensor.
+internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
+                                    const TensorView* old) {
+  const refit_slice_map_t& sm = s.map.map;
+  internal::SliceSource src;
+  src.tensor = s.map.canonical_name;
+  src.dtype = t.dtype;
+  src.canonical_shape.assign(sm.canonical_shape, sm.canonical_shape + sm.ndim);
+  src.canonical_offset.assign(sm.canonical_offset, sm.canonical_offset + sm.ndim);
+  src.local_shape = t.shape;
+  src.local_box.offset.assign(sm.local_offset, sm.local_offset + sm.ndim);
+  src.local_box.extent.assign(sm.extent, sm.extent + sm.ndim);
+  src.new_bits = t.bytes();
+  src.old_bits = old != nullptr ? old->bytes() : nullptr;
+  return src;
+}
+
+// Adds a slice to the writer, cut into pieces at the receivers' shard boundaries when `cuts`
+// has some for its tensor (so each record lands in one receiver shard).
+Status AddCutSlice(internal::DeltaWriter& writer, const internal::SliceSource& src,
+                   const internal::ShardCuts* cuts) {
+  auto cut = cuts != nullptr ? cuts->find(src.tensor) : internal::ShardCuts::const_iterator();
+  if (cuts == nullptr || cut == cuts->end()) return writer.Add(src);
+  // Cut in canonical coordinates, then back to local ones (same extent).
+  Box canonical_box{src.canonical_offset, src.local_box.extent};
+  for (const Box& piece : internal::CutBox(canonical_box, cut->second)) {
+    internal::SliceSource part = src;
+    part.canonical_offset = piece.offset;
+    part.local_box.extent = piece.extent;
+    for (size_t d = 0; d < piece.offset.size(); ++d) {
+      part.local_box.offset[d] += piece.offset[d] - src.canonical_offset[d];
+    }
+    REFIT_RETURN_NOT_OK(writer.Add(part));
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 struct Sender::Impl {
   Config config;
@@ -362,6 +405,80 @@ struct Sender::Impl {
     baseline_version = published_version;
     return SaveState();
   }
+
+  // Publish's steps (defined here, in the class, so they stay hidden in librefit.so).
+  // Whether this version is a full sync (no baseline, one was asked for, or the tensor set
+  // changed); fills old_by_name with the baseline's tensors.
+  bool NeedsFull(uint64_t version, const std::vector<TensorView>& weights,
+                 std::map<std::string, const TensorView*>* old_by_name) const {
+    if (baseline == nullptr || force_full ||
+        (full_every > 0 && version % static_cast<uint64_t>(full_every) == 0)) {
+      return true;
+    }
+    // Same tensor set as the baseline? Otherwise this is a new model: full sync.
+    for (const TensorView& t : baseline->tensors()) (*old_by_name)[t.name] = &t;
+    bool full = old_by_name->size() != weights.size();
+    for (const TensorView& t : weights) {
+      auto it = old_by_name->find(t.name);
+      if (it == old_by_name->end() || it->second->dtype != t.dtype ||
+          it->second->shape != t.shape) {
+        full = true;
+      }
+    }
+    return full;
+  }
+
+  // Hands every local slice of `weights` to the writer; a full sync lists its tensors in the
+  // manifest.
+  Status DiffSlices(const std::vector<TensorView>& weights, bool full,
+                    const std::map<std::string, const TensorView*>& old_by_name,
+                    internal::DeltaWriter& writer, Manifest* manifest) {
+    REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(weights));
+    std::map<std::string, const TensorView*> new_by_name;
+    for (const TensorView& t : weights) new_by_name[t.name] = &t;
+    REFIT_ASSIGN_OR_RAISE(const internal::ShardCuts* cuts, Cuts(slices, new_by_name));
+    std::set<std::string> canonical_seen;
+    for (const LocalSlice& s : slices) {
+      const TensorView& t = *new_by_name[s.local_name];
+      const internal::SliceSource src =
+          SliceSourceOf(s, t, full ? nullptr : old_by_name.find(t.name)->second);
+      if (full && canonical_seen.insert(src.tensor).second) {
+        manifest->tensors.push_back({src.tensor, src.dtype, src.canonical_shape});
+      }
+      REFIT_RETURN_NOT_OK(AddCutSlice(writer, src, cuts));
+    }
+    return Status::OK();
+  }
+
+  // Writes the manifest (and a full sync's pending copy of the weights), forwards a pp stage,
+  // writes the commit marker on rank 0 and records the version as published.
+  Status PutManifestAndCommit(const Manifest& manifest, bool full,
+                              const std::vector<TensorView>& weights) {
+    const uint64_t version = manifest.version;
+    std::string mtext = SerializeManifest(manifest);
+    const std::string mkey = ManifestKey(version, rank);
+    REFIT_RETURN_NOT_OK(
+        PutChecked(*out, mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
+    internal::MaybeKillAt("sender.manifest_put");
+    if (pp_mode && IsStageLeader()) REFIT_RETURN_NOT_OK(ForwardStage(version));
+
+    // Keep what we published so the baseline can advance to it once acknowledged.
+    if (full)
+      REFIT_RETURN_NOT_OK(WriteSafetensors(
+          PendingPath(), weights, {{internal::kVersionMetadataKey, std::to_string(version)}}));
+
+    if (rank == 0) {
+      // The commit marker is written last, once every rank's manifest exists.
+      REFIT_ASSIGN_OR_RAISE(std::string ctext, BuildCommit(version));
+      REFIT_RETURN_NOT_OK(PutChecked(*transport, CommitKey(version),
+                                     reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
+      internal::MaybeKillAt("sender.commit_put");
+    }
+    published_version = version;
+    published_full = full;
+    force_full = false;
+    return SaveState();
+  }
 };
 
 Sender::Sender() : impl_(std::make_unique<Impl>()) {}
@@ -507,25 +624,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     stats.wait_seconds = wait.Seconds();
   }
   const uint64_t version = m.published_version + 1;
-
-  // Same tensor set as the baseline? Otherwise this is a new model: full sync.
-  bool full = m.baseline == nullptr || m.force_full ||
-              (m.full_every > 0 && version % static_cast<uint64_t>(m.full_every) == 0);
   std::map<std::string, const TensorView*> old_by_name;
-  if (!full) {
-    for (const TensorView& t : m.baseline->tensors()) old_by_name[t.name] = &t;
-    if (old_by_name.size() != weights.size()) full = true;
-    for (const TensorView& t : weights) {
-      auto it = old_by_name.find(t.name);
-      if (it == old_by_name.end() || it->second->dtype != t.dtype || it->second->shape != t.shape) {
-        full = true;
-      }
-    }
-  }
-
-  REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, m.MapAll(weights));
-  std::map<std::string, const TensorView*> new_by_name;
-  for (const TensorView& t : weights) new_by_name[t.name] = &t;
+  const bool full = m.NeedsFull(version, weights, &old_by_name);
 
   Manifest manifest;
   manifest.version = version;
@@ -534,8 +634,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   manifest.rank = m.rank;
   manifest.world = m.world;
 
-  uint64_t seq = 0;
-  std::vector<PayloadRef> refs;
+  // Payloads are put on a background thread while the writer encodes the next one.
   internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
     Status st = m.PutChecked(*m.out, key, bytes.data(), bytes.size());
     if (st.ok()) internal::MaybeKillAt("sender.payload_put");
@@ -548,95 +647,33 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
       *m.encodings, m.encoding, m.chunk_bytes, m.bucket_bytes, md,
       [&](std::vector<uint8_t>&& payload, uint64_t records) -> Status {
         PayloadRef ref;
-        ref.key = PayloadKey(version, m.rank, seq++);
+        ref.key = PayloadKey(version, m.rank, manifest.payloads.size());
         ref.bytes = payload.size();
         ref.xxh3 = kernels::Digest64(payload.data(), payload.size());
         ref.records = records;
-        refs.push_back(ref);
+        manifest.payloads.push_back(ref);
+        manifest.payload_bytes += ref.bytes;
         return putter.Submit(ref.key, std::move(payload));
       },
       m.threads);
-
-  REFIT_ASSIGN_OR_RAISE(const internal::ShardCuts* cuts, m.Cuts(slices, new_by_name));
-  std::set<std::string> canonical_seen;
-  for (const LocalSlice& s : slices) {
-    const TensorView& t = *new_by_name[s.local_name];
-    const refit_slice_map_t& sm = s.map.map;
-    internal::SliceSource src;
-    src.tensor = s.map.canonical_name;
-    src.dtype = t.dtype;
-    src.canonical_shape.assign(sm.canonical_shape, sm.canonical_shape + sm.ndim);
-    src.canonical_offset.assign(sm.canonical_offset, sm.canonical_offset + sm.ndim);
-    src.local_shape = t.shape;
-    src.local_box.offset.assign(sm.local_offset, sm.local_offset + sm.ndim);
-    src.local_box.extent.assign(sm.extent, sm.extent + sm.ndim);
-    src.new_bits = t.bytes();
-    src.old_bits = full ? nullptr : old_by_name[t.name]->bytes();
-    if (full && canonical_seen.insert(src.tensor).second) {
-      manifest.tensors.push_back({src.tensor, src.dtype, src.canonical_shape});
-    }
-    auto cut = cuts != nullptr ? cuts->find(src.tensor) : internal::ShardCuts::const_iterator();
-    if (cuts == nullptr || cut == cuts->end()) {
-      REFIT_RETURN_NOT_OK(writer.Add(src));
-      continue;
-    }
-    // Cut in canonical coordinates, then back to local ones (same extent).
-    Box canonical_box{src.canonical_offset, src.local_box.extent};
-    for (const Box& piece : internal::CutBox(canonical_box, cut->second)) {
-      internal::SliceSource part = src;
-      part.canonical_offset = piece.offset;
-      part.local_box.extent = piece.extent;
-      for (size_t d = 0; d < piece.offset.size(); ++d) {
-        part.local_box.offset[d] += piece.offset[d] - src.canonical_offset[d];
-      }
-      REFIT_RETURN_NOT_OK(writer.Add(part));
-    }
-  }
+  REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));
   REFIT_RETURN_NOT_OK(writer.Finish());
   REFIT_RETURN_NOT_OK(putter.Drain());
   stats.send_seconds = putter.wait_seconds();
 
-  manifest.payloads = refs;
-  manifest.total_elements = writer.total_elements;
-  manifest.changed_elements = writer.changed_elements;
-  manifest.model_bytes = writer.model_bytes;
-  manifest.changed_bytes = writer.changed_bytes;
-  for (const PayloadRef& r : refs) manifest.payload_bytes += r.bytes;
-  std::string mtext = SerializeManifest(manifest);
-  const std::string mkey = ManifestKey(version, m.rank);
-  REFIT_RETURN_NOT_OK(
-      m.PutChecked(*m.out, mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
-  internal::MaybeKillAt("sender.manifest_put");
-  if (m.pp_mode && m.IsStageLeader()) REFIT_RETURN_NOT_OK(m.ForwardStage(version));
-
-  // Keep what we published so the baseline can advance to it once acknowledged.
-  if (full)
-    REFIT_RETURN_NOT_OK(WriteSafetensors(
-        m.PendingPath(), weights, {{internal::kVersionMetadataKey, std::to_string(version)}}));
-
-  if (m.rank == 0) {
-    // The commit marker is written last, once every rank's manifest exists.
-    REFIT_ASSIGN_OR_RAISE(std::string ctext, m.BuildCommit(version));
-    REFIT_RETURN_NOT_OK(m.PutChecked(*m.transport, CommitKey(version),
-                                     reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
-    internal::MaybeKillAt("sender.commit_put");
-  }
-  m.published_version = version;
-  m.published_full = full;
-  m.force_full = false;
-  REFIT_RETURN_NOT_OK(m.SaveState());
+  manifest.total_elements = writer.counters.total_elements;
+  manifest.changed_elements = writer.counters.changed_elements;
+  manifest.model_bytes = writer.counters.model_bytes;
+  manifest.changed_bytes = writer.counters.changed_bytes;
+  REFIT_RETURN_NOT_OK(m.PutManifestAndCommit(manifest, full, weights));
 
   stats.version = version;
   stats.base_version = manifest.base_version;
   stats.full = full;
   stats.tensors = weights.size();
-  stats.total_elements = writer.total_elements;
-  stats.changed_elements = writer.changed_elements;
-  stats.model_bytes = writer.model_bytes;
-  stats.changed_bytes = writer.changed_bytes;
+  stats.counters = writer.counters;
   stats.payload_bytes = manifest.payload_bytes;
-  stats.records = writer.records;
-  stats.payloads = refs.size();
+  stats.payloads = manifest.payloads.size();
   stats.diff_seconds = writer.diff_seconds;
   stats.encode_seconds = writer.encode_seconds;
   stats.total_seconds = total.Seconds();

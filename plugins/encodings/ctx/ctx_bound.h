@@ -1,6 +1,7 @@
-// The order-0 information bound of a delta (issue 3's yardstick for every encoding), header-only
-// so benchmarks can call it: for one record/tensor, log2 C(n, k) bits for the positions plus k
-// times the order-0 entropy of the changed elements' XOR patterns (old ^ new).
+// The order-0 information bound of a delta (the yardstick for every encoding in
+// docs/benchmarks.md), header-only so benchmarks can call it: for one record/tensor, log2 C(n, k)
+// bits for the positions plus k times the order-0 entropy of the changed elements' XOR patterns
+// (old ^ new).
 //
 // Counts go through floating point here (lgamma, log2 of frequencies); element values never do:
 // the XOR patterns are only histogrammed as integers.

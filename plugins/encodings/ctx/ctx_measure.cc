@@ -389,9 +389,10 @@ int Offline(const std::string& base, const std::string& next, const std::string&
            std::memcmp(g->data, v.data, v.nbytes()) == 0;
   }
   std::printf("offline ctx: %llu records, delta %llu bytes for %llu changes, bit-exact: %s\n",
-              static_cast<unsigned long long>(diff->records),
+              static_cast<unsigned long long>(diff->counters.records),
               static_cast<unsigned long long>(diff->delta_bytes),
-              static_cast<unsigned long long>(diff->changed_elements), same ? "yes" : "NO");
+              static_cast<unsigned long long>(diff->counters.changed_elements),
+              same ? "yes" : "NO");
   return same ? 0 : 1;
 }
 

@@ -21,8 +21,8 @@ uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, u
 // Number of elements that differ bitwise (no positions materialized).
 uint64_t CountDiff(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size);
 
-// xxh3-64 (seed 0) of len bytes: the per-record digest of the wire format. Runs the xxh3 inner
-// loop of the active SIMD level (dispatch.h); the value is the same at every level.
+// xxh3-64 (XXH3_64bits, no seed) of len bytes: the per-record digest of the wire format. Runs
+// the xxh3 inner loop of the active SIMD level (dispatch.h); the value is the same at every level.
 uint64_t Digest64(const void* data, uint64_t len);
 
 // DiffPositions and Digest64(new_bits, n * elem_size) in one pass: the buffers are walked in
