@@ -190,7 +190,7 @@ void DeltaWriter::Compute(Slot& slot) {
   // dense copy is made at commit, straight into the payload.
   if (old_bits == nullptr || !encodes) return;
   auto encode = [&](const Encoding* enc, kernels::UninitVector<uint8_t>& out) -> Result<uint64_t> {
-    uint64_t cap = enc->MaxEncodedSize(in);
+    REFIT_ASSIGN_OR_RAISE(uint64_t cap, enc->MaxEncodedSize(in));
     if (cap == 0) return Status::Internal("encoding '" + enc->name() + "' cannot size its output");
     out.resize(cap);
     return enc->Encode(in, out.data(), cap);
@@ -283,7 +283,7 @@ Status DeltaWriter::Commit(Slot& slot) {
     builder_.Add(std::move(h), slot.best.data(), slot.encoded_len);
   } else {
     Stopwatch clock;
-    uint64_t cap = dense_->MaxEncodedSize(slot.in);
+    REFIT_ASSIGN_OR_RAISE(uint64_t cap, dense_->MaxEncodedSize(slot.in));
     if (cap == 0) return Status::Internal("encoding 'dense' cannot size its output");
     if (!builder_.empty() && builder_.data_bytes() + cap > bucket_bytes_)
       REFIT_RETURN_NOT_OK(Flush());
