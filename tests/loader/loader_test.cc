@@ -614,6 +614,31 @@ TEST(HostApi, ConfigGettersReadTheSection) {
   EXPECT_EQ(host->config_get_list_item(section, "list", 2, buf, sizeof(buf), &len), 0);
 }
 
+TEST(SdkConfigView, GetStringListReadsEveryItem) {
+  const std::string long_item(300, 'z');  // longer than the first buffer the SDK tries
+  Result<Config> config = Config::FromString(
+      "[encoding.x]\nlist = [\"p\", \"" + long_item + "\", \"\"]\nempty = []\nn = 7\n", "t.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  sdk::ConfigView view(HostApi(), config->SectionHandle("encoding.x"));
+  Result<std::vector<std::string>> list = view.GetStringList("list", {"fallback"});
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_EQ(*list, (std::vector<std::string>{"p", long_item, ""}));
+  Result<std::vector<std::string>> absent = view.GetStringList("absent", {"d"});
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(*absent, std::vector<std::string>{"d"});
+  Result<std::vector<std::string>> empty = view.GetStringList("empty", {"d"});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(*empty, std::vector<std::string>{"d"});
+  EXPECT_EQ(view.GetStringList("n", {}).status().message(),
+            "config key 'n' must be a list of strings");
+}
+
+// The SDK's requirements on plugin classes are concepts: checkable without instantiating a row.
+struct NotAPlugin {};
+static_assert(!sdk::EncodingImpl<NotAPlugin>);
+static_assert(!sdk::TransportImpl<NotAPlugin>);
+static_assert(!sdk::LayoutImpl<NotAPlugin>);
+
 TEST(StatusFromPlugin, KeepsCodeAndAddsContext) {
   refit_error_t err{};
   EXPECT_TRUE(StatusFromPlugin(REFIT_OK, err, "ctx").ok());

@@ -5,9 +5,8 @@
 
 // Boost.DLL on std::filesystem: the loader then needs no Boost library, only headers.
 #define BOOST_DLL_USE_STD_FS
-#include <boost/dll/shared_library.hpp>
-
 #include <algorithm>
+#include <boost/dll/shared_library.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
