@@ -23,7 +23,7 @@
 
 namespace refit {
 
-// A loaded plugin library (dlopen handle) or the builtin pseudo-library. Internal to the loader.
+// A loaded plugin library or the builtin pseudo-library. Internal to the loader.
 class PluginLibrary;
 
 // The host API table handed to every plugin entry point.
@@ -143,10 +143,10 @@ class REFIT_API Registry {
   Registry();
   ~Registry();
 
-  // dlopen a plugin .so and register its components. Errors name the path and the cause:
-  // missing file, dlopen error, missing refit_plugin_entry_v1, null table, struct_size too small,
-  // abi_major mismatch, a component with an unknown kind or null vtable, a duplicate component
-  // name ("encoding 'x' from /p/b.so is already registered by builtin").
+  // Open a plugin .so (RTLD_NOW | RTLD_LOCAL) and register its components. Errors name the path and
+  // the cause: missing file, dlopen error, missing refit_plugin_entry_v1, null table, struct_size
+  // too small, abi_major mismatch, a component with an unknown kind or null vtable, a duplicate
+  // component name ("encoding 'x' from /p/b.so is already registered by builtin").
   Status LoadLibrary(const std::string& path);
   // Loads every *.so directly inside dir (sorted by name). A missing dir is not an error.
   Status LoadDirectory(const std::string& dir);
