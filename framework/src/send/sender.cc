@@ -454,8 +454,9 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
                           m.config.GetString("sender.stage_transport", "disk"));
     const ComponentInfo* stage_info = m.registry->Find(REFIT_KIND_TRANSPORT, stage_transport);
     if (stage_info == nullptr) {
-      return Status::Invalid(m.config.Where("sender.stage_transport") + ": unknown transport '" +
-                             stage_transport + "'");
+      return Status::Invalid(m.config.Where("sender.stage_transport") +
+                             ": sender.stage_transport: unknown transport '" + stage_transport +
+                             "'");
     }
     // Staged parts are rewritten by the next version anyway: a transport that can skip fsync
     // is told to.
