@@ -48,7 +48,10 @@ uint64_t RoundTrip(const Encoding& enc) {
   in.new_bits = new_bits.data();
   in.positions = positions.data();
   in.n_changed = positions.size();
-  std::vector<uint8_t> payload(enc.MaxEncodedSize(in));
+  Result<uint64_t> max = enc.MaxEncodedSize(in);
+  EXPECT_TRUE(max.ok()) << max.status().ToString();
+  if (!max.ok()) return 0;
+  std::vector<uint8_t> payload(*max);
   auto size = enc.Encode(in, payload.data(), payload.size());
   EXPECT_TRUE(size.ok()) << size.status().ToString();
   if (!size.ok()) return 0;

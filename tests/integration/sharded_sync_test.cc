@@ -258,6 +258,23 @@ TEST(ShardedSync, MegatronTp2Pp2PipelineStagesGatherDeltasNodeLocally) {
   RunShardedSyncs(ModelShape{}, p);
 }
 
+// The stage transport is named by sender.stage_transport ("disk" by default, as in the test
+// above); an unknown name stops the sender before it does anything, naming the key.
+TEST(ShardedSync, UnknownStageTransportIsAnErrorNamingTheKey) {
+  TempDir dir;
+  Parallel p{"megatron", 2, 2};
+  p.pp_mode = true;
+  std::string config = SenderConfig(dir, ModelShape{}, p);
+  config.replace(0, std::string("[sender]\n").size(), "[sender]\nstage_transport = \"nope\"\n");
+  WriteAll(dir / "sender.toml", config);
+  CommandResult r = RunRefit({"send", "--config", dir / "sender.toml", "--rank", "1", "--world",
+                              std::to_string(p.world()), "--weights", dir / "unused.safetensors"},
+                             dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("sender.stage_transport"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown transport 'nope'"), std::string::npos) << r.err;
+}
+
 TEST(ShardedSync, MegatronTp4GroupedQueryAttention) {
   ModelShape m;
   m.kv_heads = 4;  // 8 q heads over 4 kv groups: tp=4 holds one group per rank

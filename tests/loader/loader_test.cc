@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/log.h"
 #include "refit/registry.h"
 #include "refit/sdk/plugin.hpp"
 
@@ -82,7 +83,9 @@ void ExpectCopyRoundTrip(const Encoding& encoding) {
   in.n_elems = new_bits.size();
   in.new_bits = new_bits.data();
   in.n_changed = new_bits.size();
-  const uint64_t cap = encoding.MaxEncodedSize(in);
+  Result<uint64_t> bound = encoding.MaxEncodedSize(in);
+  ASSERT_TRUE(bound.ok()) << bound.status().message();
+  const uint64_t cap = *bound;
   ASSERT_EQ(cap, 8u);
   std::vector<uint8_t> payload(cap);
   Result<uint64_t> size = encoding.Encode(in, payload.data(), payload.size());
@@ -130,6 +133,63 @@ TEST(Loader, LoadsAPlainCPlugin) {
   Result<std::unique_ptr<Encoding>> encoding = registry.CreateEncoding("c_copy");
   ASSERT_TRUE(encoding.ok()) << encoding.status().message();
   ExpectCopyRoundTrip(**encoding);
+}
+
+// Plugins built for ABI 1.0, 1.1 and 1.2 (older component and plugin tables, max_encoded_size
+// returning the bound) load and run next to 1.3 ones.
+TEST(Loader, LoadsPluginsOfEveryOlderMinor) {
+  for (const char* name : {"fixture_c_minor0", "fixture_c_minor1", "fixture_c_minor2"}) {
+    SCOPED_TRACE(name);
+    Registry registry;
+    ASSERT_OK(registry.LoadLibrary(Fixture(name)));
+    const ComponentInfo* info = registry.Find(REFIT_KIND_ENCODING, "c_copy");
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->apply_cost, 0u);  // not in tables before 1.3
+    ASSERT_EQ(info->config_keys.size(), 2u);
+    EXPECT_EQ(info->config_keys[0].name, "level");
+    EXPECT_EQ(info->config_keys[1].name, "label");
+    Result<std::unique_ptr<Encoding>> encoding = registry.CreateEncoding("c_copy");
+    ASSERT_TRUE(encoding.ok()) << encoding.status().message();
+    ExpectCopyRoundTrip(**encoding);
+  }
+}
+
+// A 1.3 table: config keys read with the row size the plugin declares, its apply cost kept.
+TEST(Loader, ReadsTheFieldsOfMinor3) {
+  Registry registry;
+  ASSERT_OK(registry.LoadLibrary(Fixture("fixture_c_good")));
+  const ComponentInfo* info = registry.Find(REFIT_KIND_ENCODING, "c_copy");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->apply_cost, 5u);
+  ASSERT_EQ(info->config_keys.size(), 2u);
+  EXPECT_EQ(info->config_keys[0].name, "level");
+  EXPECT_EQ(info->config_keys[1].name, "label");
+  EXPECT_EQ(info->config_keys[1].type, REFIT_CFG_STRING);
+}
+
+// The plugin's fini runs once, when the last object made from the library is gone.
+TEST(Loader, FiniRunsAfterTheLastObjectIsGone) {
+  std::vector<std::string> lines;
+  SetLogSink([&](LogLevel, std::string_view component, std::string_view message) {
+    if (component == "c-fixture") lines.emplace_back(message);
+  });
+  {
+    auto registry = std::make_unique<Registry>();
+    ASSERT_OK(registry->LoadLibrary(Fixture("fixture_c_good")));
+    Result<std::unique_ptr<Encoding>> encoding = registry->CreateEncoding("c_copy");
+    ASSERT_TRUE(encoding.ok()) << encoding.status().message();
+    registry.reset();
+    EXPECT_TRUE(lines.empty());  // the encoding still holds the library
+  }
+  EXPECT_EQ(lines, std::vector<std::string>{"fini"});
+  // Tables of older minors have no fini: nothing to call.
+  lines.clear();
+  {
+    Registry registry;
+    ASSERT_OK(registry.LoadLibrary(Fixture("fixture_c_minor2")));
+  }
+  EXPECT_TRUE(lines.empty());
+  SetLogSink(nullptr);
 }
 
 TEST(Loader, LoadingTheSameFileTwiceIsANoOp) {
@@ -214,7 +274,7 @@ TEST(LoaderErrors, PluginTableTooSmall) {
   const std::string path = Fixture("fixture_c_small_table");
   ExpectRefused(path, StatusCode::kUnsupported,
                 "plugin " + path + ": plugin table struct_size 16 is smaller than the ABI 1 size " +
-                    std::to_string(sizeof(refit_plugin_t)));
+                    std::to_string(offsetof(refit_plugin_t, fini)));
 }
 
 TEST(LoaderErrors, NullVtable) {
@@ -553,6 +613,31 @@ TEST(HostApi, ConfigGettersReadTheSection) {
   EXPECT_EQ(std::string(buf, len), "q");
   EXPECT_EQ(host->config_get_list_item(section, "list", 2, buf, sizeof(buf), &len), 0);
 }
+
+TEST(SdkConfigView, GetStringListReadsEveryItem) {
+  const std::string long_item(300, 'z');  // longer than the first buffer the SDK tries
+  Result<Config> config = Config::FromString(
+      "[encoding.x]\nlist = [\"p\", \"" + long_item + "\", \"\"]\nempty = []\nn = 7\n", "t.toml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  sdk::ConfigView view(HostApi(), config->SectionHandle("encoding.x"));
+  Result<std::vector<std::string>> list = view.GetStringList("list", {"fallback"});
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_EQ(*list, (std::vector<std::string>{"p", long_item, ""}));
+  Result<std::vector<std::string>> absent = view.GetStringList("absent", {"d"});
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(*absent, std::vector<std::string>{"d"});
+  Result<std::vector<std::string>> empty = view.GetStringList("empty", {"d"});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(*empty, std::vector<std::string>{"d"});
+  EXPECT_EQ(view.GetStringList("n", {}).status().message(),
+            "config key 'n' must be a list of strings");
+}
+
+// The SDK's requirements on plugin classes are concepts: checkable without instantiating a row.
+struct NotAPlugin {};
+static_assert(!sdk::EncodingImpl<NotAPlugin>);
+static_assert(!sdk::TransportImpl<NotAPlugin>);
+static_assert(!sdk::LayoutImpl<NotAPlugin>);
 
 TEST(StatusFromPlugin, KeepsCodeAndAddsContext) {
   refit_error_t err{};

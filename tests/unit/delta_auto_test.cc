@@ -8,6 +8,7 @@
 #include "format/wire.h"
 #include "refit/delta.h"
 #include "refit/refit.h"
+#include "send/auto_policy.h"
 
 namespace refit {
 namespace {
@@ -47,6 +48,18 @@ std::vector<std::string> EncodingNames(const Registry& registry) {
     if (c->kind == REFIT_KIND_ENCODING && c->name != "auto") names.push_back(c->name);
   }
   return names;
+}
+
+// The default order comes from the apply costs the encodings declare, not from names in the core:
+// the shipped ones keep the order (and so the payloads) they always had, dense opts out.
+TEST(AutoEncoding, DefaultCandidatesFollowTheDeclaredApplyCost) {
+  auto registry = TestRegistry();
+  EXPECT_EQ(
+      internal::AutoDefaultCandidates(*registry),
+      (std::vector<std::string>{"indices", "bitmask", "deltas", "deltas_zstd", "xor", "ctx"}));
+  const ComponentInfo* dense = registry->Find(REFIT_KIND_ENCODING, "dense");
+  ASSERT_NE(dense, nullptr);
+  EXPECT_NE(dense->capabilities & REFIT_ENC_CAP_NOT_AUTO, 0u);
 }
 
 TEST(AutoEncoding, PicksTheSmallestCandidatePerRecord) {

@@ -1,4 +1,4 @@
-/* refit plugin ABI, version 1. Plain C: no STL, no C++ classes, no exceptions cross it.
+/* refit plugin ABI, version 1 (minor 3). Plain C: no STL, no C++ classes, no exceptions cross it.
  *
  * A plugin is a shared library exporting exactly one symbol:
  *
@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 2
+#define REFIT_ABI_MINOR 3
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -87,7 +87,10 @@ typedef enum refit_config_type {
   REFIT_CFG_STRING_LIST = 6
 } refit_config_type_t;
 
-/* A config key a component accepts in its section [<kind>.<name>]. Unknown keys are errors. */
+/* A config key a component accepts in its section [<kind>.<name>]. Unknown keys are errors.
+ * Rows may grow at their end: the host steps through a component's array by the row size the
+ * component declares (refit_component_t.config_key_size, ABI 1.3), and reads these four fields
+ * of every row. */
 typedef struct refit_config_key {
   const char* name;
   int32_t type; /* refit_config_type_t */
@@ -159,6 +162,14 @@ typedef struct refit_decode_target {
 
 /* Capability flags of an encoding. */
 #define REFIT_ENC_CAP_FULL_SYNC 0x1u  /* can encode with old_bits == NULL (dense) */
+/* ABI 1.3: the `auto` encoding does not try it unless a config names it as a candidate (an
+ * encoding that never wins on size, such as a plain copy of every element). */
+#define REFIT_ENC_CAP_NOT_AUTO 0x2u
+
+/* The max_encoded_size of plugins built for ABI 1.0 to 1.2, which returned the bound directly
+ * (0: cannot encode). The host calls a plugin's max_encoded_size through this type when the
+ * plugin table's abi_minor is below 3. */
+typedef uint64_t (*refit_max_encoded_size_v1_fn)(void* instance, const refit_encode_input_t* in);
 
 /* Instances must be safe to call concurrently from several threads (encode/decode are
  * stateless per call; any scratch is per call). */
@@ -168,8 +179,10 @@ typedef struct refit_encoding_vtable {
   int (*create)(const refit_host_api_t* host, const refit_config_t* cfg, void** instance_p,
                 refit_error_t* err);
   void (*destroy)(void* instance);
-  /* Upper bound of encode()'s output for this input. */
-  uint64_t (*max_encoded_size)(void* instance, const refit_encode_input_t* in);
+  /* Upper bound of encode()'s output for this input, in *size_p. ABI 1.3 signature; a plugin
+   * whose table says abi_minor < 3 has a refit_max_encoded_size_v1_fn in this slot. */
+  int (*max_encoded_size)(void* instance, const refit_encode_input_t* in, uint64_t* size_p,
+                          refit_error_t* err);
   int (*encode)(void* instance, const refit_encode_input_t* in, uint8_t* out, uint64_t cap,
                 uint64_t* size_p, refit_error_t* err);
   /* payload is untrusted: validate every length/count/position before touching target. */
@@ -269,6 +282,14 @@ typedef struct refit_component {
   const refit_config_key_t* config_keys;
   size_t n_config_keys;
   const void* vtable; /* refit_encoding_vtable_t*, refit_transport_vtable_t* or refit_layout_vtable_t* */
+  /* ABI 1.3 (read only when struct_size covers them). */
+  /* sizeof the rows of config_keys, at least sizeof(refit_config_key_t) of ABI 1.0; 0 means that
+   * size. Lets the key row grow without breaking older hosts. */
+  uint32_t config_key_size;
+  /* Encodings: relative cost of applying one of its records on a receiver (1 cheapest; 0 not
+   * declared, ordered after every declared cost). `auto` tries candidates in increasing cost,
+   * equal costs by name. Other kinds set 0. */
+  uint32_t apply_cost;
 } refit_component_t;
 
 typedef struct refit_plugin {
@@ -279,6 +300,10 @@ typedef struct refit_plugin {
   const char* version;
   const refit_component_t* components;
   size_t n_components;
+  /* ABI 1.3, optional (NULL, or absent when struct_size ends before it): called once when the
+   * host no longer needs anything of this table, after every instance is destroyed and before
+   * the library is unloaded. Releases what the entry point set up; it may still log through the host API. */
+  void (*fini)(void);
 } refit_plugin_t;
 
 typedef const refit_plugin_t* (*refit_plugin_entry_fn)(const refit_host_api_t* host);

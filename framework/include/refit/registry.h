@@ -23,7 +23,7 @@
 
 namespace refit {
 
-// A loaded plugin library (dlopen handle) or the builtin pseudo-library. Internal to the loader.
+// A loaded plugin library or the builtin pseudo-library. Internal to the loader.
 class PluginLibrary;
 
 // The host API table handed to every plugin entry point.
@@ -39,6 +39,10 @@ struct ComponentInfo {
   std::string plugin_version;
   std::string origin;  // "builtin" or the .so path
   uint64_t capabilities = 0;
+  // The plugin table's abi_minor: which form of a versioned function (max_encoded_size) it has.
+  uint16_t abi_minor = REFIT_ABI_MINOR;
+  // Encodings: relative apply cost declared by the plugin (0: not declared); `auto` orders by it.
+  uint32_t apply_cost = 0;
   std::vector<ConfigKeySpec> config_keys;  // names relative to the component's section
   const void* vtable = nullptr;
   std::shared_ptr<PluginLibrary> library;
@@ -56,7 +60,9 @@ class REFIT_API Encoding {
   const std::string& name() const { return info_->name; }
   refit_op_t op() const { return static_cast<refit_op_t>(vtable_->op); }
   uint64_t capabilities() const { return info_->capabilities; }
-  uint64_t MaxEncodedSize(const refit_encode_input_t& in) const;
+  // Upper bound of Encode's output for in; an error (or, from a plugin built before ABI 1.3, 0)
+  // when the encoding cannot encode it.
+  Result<uint64_t> MaxEncodedSize(const refit_encode_input_t& in) const;
   // Returns the number of bytes written to out.
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) const;
@@ -137,10 +143,10 @@ class REFIT_API Registry {
   Registry();
   ~Registry();
 
-  // dlopen a plugin .so and register its components. Errors name the path and the cause:
-  // missing file, dlopen error, missing refit_plugin_entry_v1, null table, struct_size too small,
-  // abi_major mismatch, a component with an unknown kind or null vtable, a duplicate component
-  // name ("encoding 'x' from /p/b.so is already registered by builtin").
+  // Open a plugin .so (RTLD_NOW | RTLD_LOCAL) and register its components. Errors name the path and
+  // the cause: missing file, dlopen error, missing refit_plugin_entry_v1, null table, struct_size
+  // too small, abi_major mismatch, a component with an unknown kind or null vtable, a duplicate
+  // component name ("encoding 'x' from /p/b.so is already registered by builtin").
   Status LoadLibrary(const std::string& path);
   // Loads every *.so directly inside dir (sorted by name). A missing dir is not an error.
   Status LoadDirectory(const std::string& dir);
@@ -166,6 +172,12 @@ class REFIT_API Registry {
                                                const std::string& section = "") const;
 
  private:
+  // The one creation path behind CreateEncoding/CreateTransport/CreateLayout: finds the
+  // component of Handle's kind, validates its section and calls its create with args.
+  template <class Handle, class... CreateArgs>
+  Result<std::unique_ptr<Handle>> Create(const std::string& name, const Config* config,
+                                         const std::string& section, CreateArgs... args) const;
+
   // Shared with the instances created from them (see the file comment).
   std::vector<std::shared_ptr<const ComponentInfo>> components_;
 };

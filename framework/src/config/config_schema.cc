@@ -34,6 +34,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"sender.stage_ranks", REFIT_CFG_INT, "1", "mode pp: consecutive ranks per stage"},
       {"sender.stage_dir", REFIT_CFG_STRING, "",
        "mode pp: node-local directory where stage members hand their payloads to the leader"},
+      {"sender.stage_transport", REFIT_CFG_STRING, "\"disk\"",
+       "mode pp: transport the stage members hand their payloads through; it is given "
+       "dir = stage_dir, and fsync = false when it declares an fsync key"},
       {"sender.receiver_layout", REFIT_CFG_STRING, "\"\"",
        "layout of sharded receivers (e.g. \"vllm\", configured in [layout.<name>]): records are "
        "cut at their shard boundaries (empty: receivers hold canonical tensors)"},

@@ -3,12 +3,16 @@
 
 #include <dlfcn.h>
 
+// Boost.DLL on std::filesystem: the loader then needs no Boost library, only headers.
+#define BOOST_DLL_USE_STD_FS
 #include <algorithm>
+#include <boost/dll/shared_library.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <type_traits>
 
 #include "config/config_internal.h"
 #include "plugins/plugin_library.h"
@@ -24,27 +28,44 @@ namespace fs = std::filesystem;
 
 // ------------------------------------------------------------------ PluginLibrary
 
+struct PluginLibrary::Native {
+  boost::dll::shared_library library;
+};
+
+PluginLibrary::PluginLibrary(std::unique_ptr<Native> native, std::string origin)
+    : native_(std::move(native)), origin_(std::move(origin)) {}
+
 std::shared_ptr<PluginLibrary> PluginLibrary::Builtin() {
   return std::shared_ptr<PluginLibrary>(new PluginLibrary(nullptr, "builtin"));
 }
 
 Result<std::shared_ptr<PluginLibrary>> PluginLibrary::Open(const std::string& path) {
   dlerror();  // clear any stale error so the one reported below is ours
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
+  auto native = std::make_unique<Native>();
+  boost::dll::fs::error_code ec;
+  native->library.load(path, ec,
+                       boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  if (ec || !native->library.is_loaded()) {
+    // Boost.DLL reports a generic error code; the loader's own reason is still in dlerror().
     const char* why = dlerror();
     return Status::IoError("plugin " + path +
-                           ": dlopen failed: " + (why != nullptr ? why : "unknown error"));
+                           ": dlopen failed: " + (why != nullptr ? why : ec.message()));
   }
-  return std::shared_ptr<PluginLibrary>(new PluginLibrary(handle, path));
+  return std::shared_ptr<PluginLibrary>(new PluginLibrary(std::move(native), path));
 }
 
 PluginLibrary::~PluginLibrary() {
-  if (handle_ != nullptr) dlclose(handle_);
+  // Last registered first, like destructors; the library is unloaded only after them.
+  for (auto it = finis_.rbegin(); it != finis_.rend(); ++it) (*it)();
 }
 
-void* PluginLibrary::FindSymbol(const char* name) const {
-  return handle_ != nullptr ? dlsym(handle_, name) : nullptr;
+void* PluginLibrary::handle() const {
+  return native_ != nullptr ? native_->library.native() : nullptr;
+}
+
+refit_plugin_entry_fn PluginLibrary::FindEntry() const {
+  if (native_ == nullptr || !native_->library.has(REFIT_ENTRY_SYMBOL)) return nullptr;
+  return &native_->library.get<std::remove_pointer_t<refit_plugin_entry_fn>>(REFIT_ENTRY_SYMBOL);
 }
 
 // ------------------------------------------------------------------ host API
@@ -110,8 +131,10 @@ namespace {
 
 // The smallest tables this host accepts: the ABI 1.0 sizes. Later minors only append fields,
 // which a newer host reads only when struct_size covers them.
-constexpr uint32_t kMinPluginSize = sizeof(refit_plugin_t);
-constexpr uint32_t kMinComponentSize = sizeof(refit_component_t);
+constexpr uint32_t kMinPluginSize = offsetof(refit_plugin_t, fini);
+constexpr uint32_t kMinComponentSize = offsetof(refit_component_t, config_key_size);
+// The ABI 1.0 config key row; a component declares a larger one from ABI 1.3 on.
+constexpr uint32_t kMinConfigKeySize = sizeof(refit_config_key_t);
 constexpr uint32_t kMinEncodingVtableSize = sizeof(refit_encoding_vtable_t);
 constexpr uint32_t kMinTransportVtableSize = sizeof(refit_transport_vtable_t);
 // list_local (ABI 1.1) is optional: a 1.0 layout table ends before it.
@@ -183,6 +206,10 @@ const char* MissingFunction(int32_t kind, const void* vtable) {
 }
 
 // Checks one component row and copies what the host keeps. `where` is "plugin <origin>".
+// Whether a table of struct_size bytes holds the field that ends at `end` (an offsetof plus the
+// field's size): fields of later minors are read only then.
+constexpr bool Covers(uint32_t struct_size, size_t end) { return struct_size >= end; }
+
 Result<std::shared_ptr<ComponentInfo>> ReadComponent(const refit_component_t& row, size_t index,
                                                      uint32_t row_size, const std::string& where) {
   const std::string at = where + ": component " + std::to_string(index);
@@ -221,6 +248,17 @@ Result<std::shared_ptr<ComponentInfo>> ReadComponent(const refit_component_t& ro
     return Status::Internal(named + ": bad config key table (" + std::to_string(row.n_config_keys) +
                             " keys)");
   }
+  // Before ABI 1.3 the key rows were exactly refit_config_key_t; 0 keeps that meaning.
+  uint32_t key_size = kMinConfigKeySize;
+  if (Covers(row_size, offsetof(refit_component_t, config_key_size) + sizeof(uint32_t)) &&
+      row.config_key_size != 0) {
+    key_size = row.config_key_size;
+  }
+  if (key_size < kMinConfigKeySize) {
+    return Status::Unsupported(named + ": config key struct_size " + std::to_string(key_size) +
+                               " is smaller than the ABI 1 size " +
+                               std::to_string(kMinConfigKeySize));
+  }
 
   auto info = std::make_shared<ComponentInfo>();
   info->kind = static_cast<refit_component_kind_t>(row.kind);
@@ -228,8 +266,12 @@ Result<std::shared_ptr<ComponentInfo>> ReadComponent(const refit_component_t& ro
   info->description = row.description != nullptr ? row.description : "";
   info->capabilities = row.capabilities;
   info->vtable = row.vtable;
+  if (Covers(row_size, offsetof(refit_component_t, apply_cost) + sizeof(uint32_t))) {
+    info->apply_cost = row.apply_cost;
+  }
+  const auto* key_rows = reinterpret_cast<const uint8_t*>(row.config_keys);
   for (size_t k = 0; k < row.n_config_keys; ++k) {
-    const refit_config_key_t& key = row.config_keys[k];
+    const auto& key = *reinterpret_cast<const refit_config_key_t*>(key_rows + k * key_size);
     if (key.name == nullptr || *key.name == '\0') {
       return Status::Internal(named + ": config key " + std::to_string(k) + " has no name");
     }
@@ -343,6 +385,7 @@ Status Registry::RegisterPlugin(const refit_plugin_t* plugin,
     const auto& row = *reinterpret_cast<const refit_component_t*>(rows + i * row_size);
     REFIT_ASSIGN_OR_RAISE(std::shared_ptr<ComponentInfo> info,
                           ReadComponent(row, i, row_size, where));
+    info->abi_minor = plugin->abi_minor;
     info->plugin_name = plugin->name;
     info->plugin_version = plugin->version != nullptr ? plugin->version : "";
     info->origin = origin;
@@ -354,6 +397,11 @@ Status Registry::RegisterPlugin(const refit_plugin_t* plugin,
                                    " is already registered by " + clash->origin);
     }
     added.push_back(std::move(info));
+  }
+  // Only a table that registered is finished by its fini: a rejected one may be garbage.
+  if (Covers(plugin->struct_size, offsetof(refit_plugin_t, fini) + sizeof(plugin->fini)) &&
+      plugin->fini != nullptr && library != nullptr) {
+    library->AddFini(plugin->fini);
   }
   components_.insert(components_.end(), added.begin(), added.end());
   return Status::OK();
@@ -384,7 +432,7 @@ Status Registry::LoadLibrary(const std::string& path) {
       return Status::OK();
     }
   }
-  auto entry = reinterpret_cast<refit_plugin_entry_fn>(library->FindSymbol(REFIT_ENTRY_SYMBOL));
+  refit_plugin_entry_fn entry = library->FindEntry();
   if (entry == nullptr) {
     return Status::NotFound("plugin " + shown +
                             ": no symbol " REFIT_ENTRY_SYMBOL
@@ -432,23 +480,54 @@ std::vector<const ComponentInfo*> Registry::List() const {
   return out;
 }
 
+namespace {
+
+// What Create needs to know about each handle class.
+template <class Handle>
+struct HandleTraits;
+template <>
+struct HandleTraits<Encoding> {
+  static constexpr refit_component_kind_t kKind = REFIT_KIND_ENCODING;
+  using Vtable = refit_encoding_vtable_t;
+};
+template <>
+struct HandleTraits<Transport> {
+  static constexpr refit_component_kind_t kKind = REFIT_KIND_TRANSPORT;
+  using Vtable = refit_transport_vtable_t;
+};
+template <>
+struct HandleTraits<Layout> {
+  static constexpr refit_component_kind_t kKind = REFIT_KIND_LAYOUT;
+  using Vtable = refit_layout_vtable_t;
+};
+
+}  // namespace
+
+template <class Handle, class... CreateArgs>
+Result<std::unique_ptr<Handle>> Registry::Create(const std::string& name, const Config* config,
+                                                 const std::string& section,
+                                                 CreateArgs... args) const {
+  using Traits = HandleTraits<Handle>;
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<const ComponentInfo> info,
+                        FindForCreate(components_, Traits::kKind, name));
+  REFIT_ASSIGN_OR_RAISE(const refit_config_t* cfg, SectionFor(*info, config, section));
+  auto* vtable = static_cast<const typename Traits::Vtable*>(info->vtable);
+  refit_error_t err{};
+  void* instance = nullptr;
+  int rc = vtable->create(HostApi(), cfg, args..., &instance, &err);
+  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info) + ": create");
+  std::unique_ptr<Handle> handle(new Handle());
+  handle->info_ = info;
+  handle->library_ = info->library;
+  handle->vtable_ = vtable;
+  handle->instance_ = instance;
+  return handle;
+}
+
 Result<std::unique_ptr<Encoding>> Registry::CreateEncoding(const std::string& name,
                                                            const Config* config,
                                                            const std::string& section) const {
-  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<const ComponentInfo> info,
-                        FindForCreate(components_, REFIT_KIND_ENCODING, name));
-  REFIT_ASSIGN_OR_RAISE(const refit_config_t* cfg, SectionFor(*info, config, section));
-  auto* vtable = static_cast<const refit_encoding_vtable_t*>(info->vtable);
-  refit_error_t err{};
-  void* instance = nullptr;
-  int rc = vtable->create(HostApi(), cfg, &instance, &err);
-  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info) + ": create");
-  std::unique_ptr<Encoding> encoding(new Encoding());
-  encoding->info_ = info;
-  encoding->library_ = info->library;
-  encoding->vtable_ = vtable;
-  encoding->instance_ = instance;
-  return encoding;
+  return Create<Encoding>(name, config, section);
 }
 
 Result<std::unique_ptr<Transport>> Registry::CreateTransport(const std::string& name,
@@ -456,39 +535,14 @@ Result<std::unique_ptr<Transport>> Registry::CreateTransport(const std::string& 
                                                              const std::string& peer_id,
                                                              const Config* config,
                                                              const std::string& section) const {
-  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<const ComponentInfo> info,
-                        FindForCreate(components_, REFIT_KIND_TRANSPORT, name));
-  REFIT_ASSIGN_OR_RAISE(const refit_config_t* cfg, SectionFor(*info, config, section));
-  auto* vtable = static_cast<const refit_transport_vtable_t*>(info->vtable);
-  refit_error_t err{};
-  void* instance = nullptr;
-  int rc = vtable->create(HostApi(), cfg, role, peer_id.c_str(), &instance, &err);
-  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info) + ": create");
-  std::unique_ptr<Transport> transport(new Transport());
-  transport->info_ = info;
-  transport->library_ = info->library;
-  transport->vtable_ = vtable;
-  transport->instance_ = instance;
-  return transport;
+  return Create<Transport>(name, config, section, static_cast<int32_t>(role), peer_id.c_str());
 }
 
 Result<std::unique_ptr<Layout>> Registry::CreateLayout(const std::string& name, int rank, int world,
                                                        const Config* config,
                                                        const std::string& section) const {
-  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<const ComponentInfo> info,
-                        FindForCreate(components_, REFIT_KIND_LAYOUT, name));
-  REFIT_ASSIGN_OR_RAISE(const refit_config_t* cfg, SectionFor(*info, config, section));
-  auto* vtable = static_cast<const refit_layout_vtable_t*>(info->vtable);
-  refit_error_t err{};
-  void* instance = nullptr;
-  int rc = vtable->create(HostApi(), cfg, rank, world, &instance, &err);
-  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info) + ": create");
-  std::unique_ptr<Layout> layout(new Layout());
-  layout->info_ = info;
-  layout->library_ = info->library;
-  layout->vtable_ = vtable;
-  layout->instance_ = instance;
-  return layout;
+  return Create<Layout>(name, config, section, static_cast<int32_t>(rank),
+                        static_cast<int32_t>(world));
 }
 
 // ------------------------------------------------------------------ Encoding
@@ -497,8 +551,20 @@ Encoding::~Encoding() {
   if (vtable_ != nullptr) vtable_->destroy(instance_);
 }
 
-uint64_t Encoding::MaxEncodedSize(const refit_encode_input_t& in) const {
-  return vtable_->max_encoded_size(instance_, &in);
+Result<uint64_t> Encoding::MaxEncodedSize(const refit_encode_input_t& in) const {
+  if (info_->abi_minor < 3) {
+    // Built for ABI 1.0 to 1.2: the slot holds the older function, which returns the bound (0
+    // when it cannot encode; callers treat a 0 bound as that).
+    // Through void(*)(), the generic function pointer type, since the two types differ.
+    auto legacy = reinterpret_cast<refit_max_encoded_size_v1_fn>(
+        reinterpret_cast<void (*)()>(vtable_->max_encoded_size));
+    return legacy(instance_, &in);
+  }
+  refit_error_t err{};
+  uint64_t size = 0;
+  int rc = vtable_->max_encoded_size(instance_, &in, &size, &err);
+  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info_) + ": max_encoded_size");
+  return size;
 }
 
 Result<uint64_t> Encoding::Encode(const refit_encode_input_t& in, uint8_t* out,

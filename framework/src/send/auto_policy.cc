@@ -1,24 +1,42 @@
 #include "send/auto_policy.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "plugins/encoding_cache.h"
 
 namespace refit::internal {
 
-const std::vector<std::string>& AutoPreferredOrder() {
-  // Cheapest to apply first: a plain scatter, a bitmask walk, gap decoding, then the entropy
-  // coded ones. "fastest" mode takes the first of these within the size budget.
-  static const std::vector<std::string> order = {"indices",     "bitmask", "deltas",
-                                                 "deltas_zstd", "xor",     "ctx"};
-  return order;
+std::vector<std::string> AutoDefaultCandidates(const Registry& registry) {
+  // Cheapest to apply first, by the cost each encoding declares ("fastest" mode takes the first
+  // within the size budget); an encoding that declares none comes after those that do, and equal
+  // costs go by name so the order never depends on load order.
+  std::vector<const ComponentInfo*> encodings;
+  for (const ComponentInfo* c : registry.List()) {
+    if (c->kind != REFIT_KIND_ENCODING || c->name == kAutoEncoding ||
+        (c->capabilities & REFIT_ENC_CAP_NOT_AUTO) != 0) {
+      continue;
+    }
+    encodings.push_back(c);
+  }
+  auto cost = [](const ComponentInfo* c) {
+    return c->apply_cost != 0 ? c->apply_cost : std::numeric_limits<uint32_t>::max();
+  };
+  std::stable_sort(encodings.begin(), encodings.end(),
+                   [&](const ComponentInfo* a, const ComponentInfo* b) {
+                     return cost(a) != cost(b) ? cost(a) < cost(b) : a->name < b->name;
+                   });
+  std::vector<std::string> names;
+  for (const ComponentInfo* c : encodings) names.push_back(c->name);
+  return names;
 }
 
 std::vector<ConfigKeySpec> AutoConfigSpecs() {
   return {
       {"candidates", REFIT_CFG_STRING_LIST, "(every encoding but dense)",
-       "encodings tried per record (default: every registered encoding but dense, cheapest to "
-       "apply first: indices, bitmask, deltas, deltas_zstd, xor, ctx, then the rest by name)"},
+       "encodings tried per record (default: every registered encoding that does not opt out, in "
+       "increasing declared apply cost, then the rest by name: indices, bitmask, deltas, "
+       "deltas_zstd, xor, ctx for the shipped ones)"},
       {"mode", REFIT_CFG_STRING, "\"smallest\"",
        "\"smallest\": the smallest record; \"fastest\": the first candidate within budget"},
       {"budget", REFIT_CFG_DOUBLE, "1.1",
@@ -53,19 +71,7 @@ Result<const AutoPolicy*> EncodingCache::Auto() {
       }
     }
   } else {
-    std::vector<std::string> rest;
-    for (const ComponentInfo* c : registry_.List()) {
-      if (c->kind != REFIT_KIND_ENCODING || c->name == "dense" || c->name == kAutoEncoding) {
-        continue;
-      }
-      const auto& order = AutoPreferredOrder();
-      if (std::find(order.begin(), order.end(), c->name) == order.end()) rest.push_back(c->name);
-    }
-    for (const std::string& name : AutoPreferredOrder()) {
-      if (registry_.Find(REFIT_KIND_ENCODING, name) != nullptr) names.push_back(name);
-    }
-    std::sort(rest.begin(), rest.end());
-    names.insert(names.end(), rest.begin(), rest.end());
+    names = AutoDefaultCandidates(registry_);
   }
   // xor/step encodings (xor, ctx) are candidates like any other: receivers journal their
   // records, so each is applied exactly once even across a crash (journal.h).

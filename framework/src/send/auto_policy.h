@@ -22,8 +22,8 @@ struct AutoPolicy {
 // The [encoding.auto] keys, for validation and `refit plugins` (names relative to the section).
 std::vector<ConfigKeySpec> AutoConfigSpecs();
 
-// Default candidates of `auto`, cheapest to apply first; registered encodings not listed here
-// follow in name order. dense is never a candidate: it is every record's fallback.
-const std::vector<std::string>& AutoPreferredOrder();
+// Default candidates of `auto`: the registered encodings without REFIT_ENC_CAP_NOT_AUTO, in
+// increasing declared apply cost (undeclared last), equal costs by name.
+std::vector<std::string> AutoDefaultCandidates(const Registry& registry);
 
 }  // namespace refit::internal

@@ -110,7 +110,7 @@ namespace {
 // Encodes `in` into `out` (resized to the encoding's bound); the encoded length.
 Result<uint64_t> EncodeInto(const Encoding& enc, const refit_encode_input_t& in,
                             kernels::UninitVector<uint8_t>& out) {
-  uint64_t cap = enc.MaxEncodedSize(in);
+  REFIT_ASSIGN_OR_RAISE(uint64_t cap, enc.MaxEncodedSize(in));
   if (cap == 0) return Status::Internal("encoding '" + enc.name() + "' cannot size its output");
   out.resize(cap);
   return enc.Encode(in, out.data(), cap);
@@ -318,7 +318,7 @@ Status DeltaWriter::Commit(Slot& slot) {
     builder_.Add(std::move(h), slot.best.data(), slot.encoded_len);
   } else {
     Stopwatch clock;
-    uint64_t cap = dense_->MaxEncodedSize(slot.in);
+    REFIT_ASSIGN_OR_RAISE(uint64_t cap, dense_->MaxEncodedSize(slot.in));
     if (cap == 0) return Status::Internal("encoding 'dense' cannot size its output");
     if (!builder_.empty() && builder_.data_bytes() + cap > bucket_bytes_)
       REFIT_RETURN_NOT_OK(Flush());

@@ -545,13 +545,27 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   m.out = m.transport.get();
   if (m.pp_mode && m.stage_ranks > 1) {
     REFIT_ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
-    REFIT_ASSIGN_OR_RAISE(Config stage_config,
-                          Config::FromString("[transport.disk]\ndir = " + json(stage_dir).dump() +
-                                                 "\nfsync = false\n",
-                                             "sender.stage_dir"));
-    REFIT_ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport("disk", REFIT_ROLE_SENDER,
+    REFIT_ASSIGN_OR_RAISE(std::string stage_transport,
+                          m.config.GetString("sender.stage_transport", "disk"));
+    const ComponentInfo* stage_info = m.registry->Find(REFIT_KIND_TRANSPORT, stage_transport);
+    if (stage_info == nullptr) {
+      return Status::Invalid(m.config.Where("sender.stage_transport") +
+                             ": sender.stage_transport: unknown transport '" + stage_transport +
+                             "'");
+    }
+    // Staged parts are rewritten by the next version anyway: a transport that can skip fsync
+    // is told to.
+    bool has_fsync = false;
+    for (const ConfigKeySpec& key : stage_info->config_keys) has_fsync |= key.name == "fsync";
+    const std::string stage_section = "transport." + stage_transport;
+    REFIT_ASSIGN_OR_RAISE(
+        Config stage_config,
+        Config::FromString("[" + stage_section + "]\ndir = " + json(stage_dir).dump() + "\n" +
+                               (has_fsync ? "fsync = false\n" : ""),
+                           "sender.stage_dir"));
+    REFIT_ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport(stage_transport, REFIT_ROLE_SENDER,
                                                                "stage-r" + std::to_string(rank),
-                                                               &stage_config, "transport.disk"));
+                                                               &stage_config, stage_section));
     if (!m.IsStageLeader()) m.out = m.stage.get();
   } else {
     m.pp_mode = false;  // stages of one rank: every rank is its own leader

@@ -41,6 +41,9 @@ bool PayloadBytes(uint64_t n_elems, uint64_t k, uint32_t elem_size, uint64_t* to
 class BitmaskEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+  // Relative cost of applying a record (a walk over a change bitmask); `auto` tries cheaper
+  // encodings first.
+  static constexpr uint32_t kApplyCost = 20;
 
   static Result<std::unique_ptr<BitmaskEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
     return std::make_unique<BitmaskEncoding>();

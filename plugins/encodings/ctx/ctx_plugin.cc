@@ -11,6 +11,9 @@ namespace {
 class CtxEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_STEP;
+  // Relative cost of applying a record (context-model decoding); `auto` tries cheaper encodings
+  // first.
+  static constexpr uint32_t kApplyCost = 60;
 
   static refit::Result<std::unique_ptr<CtxEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
     return std::make_unique<CtxEncoding>();

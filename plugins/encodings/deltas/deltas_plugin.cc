@@ -15,6 +15,9 @@ using refit::Status;
 class DeltasEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+  // Relative cost of applying a record (gap decoding before the scatter); `auto` tries cheaper
+  // encodings first.
+  static constexpr uint32_t kApplyCost = 30;
 
   static Result<std::unique_ptr<DeltasEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
     return std::make_unique<DeltasEncoding>();

@@ -37,6 +37,9 @@ const refit_config_key_t kKeys[] = {
 class DeltasZstdEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+  // Relative cost of applying a record (zstd, then gap decoding); `auto` tries cheaper encodings
+  // first.
+  static constexpr uint32_t kApplyCost = 40;
 
   DeltasZstdEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 

@@ -51,4 +51,5 @@ class DenseEncoding {
 REFIT_PLUGIN("dense", "0.1.0",
              refit::sdk::MakeEncoding<DenseEncoding>(
                  "dense", "all new bits verbatim; full sync and fallback (overwrite)", nullptr,
-                 REFIT_ENC_CAP_FULL_SYNC))
+                 // Never smaller than a record of changes: `auto` would only waste a try on it.
+                 REFIT_ENC_CAP_FULL_SYNC | REFIT_ENC_CAP_NOT_AUTO))

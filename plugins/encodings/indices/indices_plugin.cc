@@ -111,6 +111,9 @@ void WithWidthAndElem(uint32_t width, uint32_t elem_size, Fn&& fn) {
 class IndicesEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+  // Relative cost of applying a record (a scatter of values at their positions); `auto` tries
+  // cheaper encodings first.
+  static constexpr uint32_t kApplyCost = 10;
 
   static Result<std::unique_ptr<IndicesEncoding>> Create(const refit::sdk::ConfigView& /*cfg*/) {
     return std::make_unique<IndicesEncoding>();

@@ -47,6 +47,9 @@ const refit_config_key_t kKeys[] = {
 class XorEncoding {
  public:
   static constexpr refit_op_t kOp = REFIT_OP_XOR;
+  // Relative cost of applying a record (entropy decoding of xor planes); `auto` tries cheaper
+  // encodings first.
+  static constexpr uint32_t kApplyCost = 50;
 
   XorEncoding(Codec codec, int level) : codec_(codec), level_(level) {}
 

@@ -10,8 +10,9 @@
 //   class MyEncoding {
 //    public:
 //     static constexpr refit_op_t kOp = REFIT_OP_OVERWRITE;
+//     static constexpr uint32_t kApplyCost = 25;  // optional: see refit_component_t.apply_cost
 //     static refit::Result<std::unique_ptr<MyEncoding>> Create(const refit::sdk::ConfigView& cfg);
-//     uint64_t MaxEncodedSize(const refit_encode_input_t& in) const;
+//     refit::Result<uint64_t> MaxEncodedSize(const refit_encode_input_t& in) const;  // or uint64_t
 //     refit::Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
 //     refit::Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const;
 //   };
@@ -19,7 +20,9 @@
 //                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
 //
 // Transports implement Create(cfg, role, peer_id), Put, Size, Get, List, Remove; layouts implement
-// Create(cfg, rank, world), MapTensor and optionally ListLocal (see the Concept comments below).
+// Create(cfg, rank, world), MapTensor and optionally ListLocal. The concepts EncodingImpl,
+// TransportImpl and LayoutImpl below state each requirement; Make* names the unmet one in a
+// static_assert. The plugin table is emitted for REFIT_ABI_MINOR of the header it is built with.
 #pragma once
 
 #include <concepts>
@@ -141,6 +144,27 @@ class ConfigView {
     if (rc < 0) return TypeError(key, "a size (bytes or \"64MiB\")");
     return rc == 0 ? fallback : v;
   }
+  // A list of strings (TOML array). The host API has no "is it set" for lists: an absent key and
+  // an empty list both give fallback.
+  Result<std::vector<std::string>> GetStringList(const char* key,
+                                                 std::vector<std::string> fallback) const {
+    if (cfg_ == nullptr) return fallback;
+    std::vector<std::string> items;
+    std::string buf(256, '\0');
+    for (size_t i = 0;; ++i) {
+      size_t len = 0;
+      int rc = host_->config_get_list_item(cfg_, key, i, buf.data(), buf.size(), &len);
+      if (rc < 0) return TypeError(key, "a list of strings");
+      if (rc == 0) break;
+      if (len + 1 > buf.size()) {
+        buf.assign(len + 1, '\0');
+        host_->config_get_list_item(cfg_, key, i, buf.data(), buf.size(), &len);
+      }
+      items.emplace_back(buf.data(), len);
+    }
+    if (items.empty()) return fallback;
+    return items;
+  }
 
  private:
   static Status TypeError(const char* key, const char* want) {
@@ -149,6 +173,52 @@ class ConfigView {
   const refit_host_api_t* host_;
   const refit_config_t* cfg_;
 };
+
+// ------------------------------------------------------------------ requirements
+
+// An encoding class: the op its records carry, a factory taking its config section, a bound of
+// its output (a Result, or a plain uint64_t where 0 means "cannot encode"), encode and decode.
+// Optional: static constexpr uint32_t kApplyCost (refit_component_t.apply_cost).
+template <class Impl>
+concept EncodingImpl = requires(const Impl& impl, const ConfigView& cfg,
+                                const refit_encode_input_t& in, uint8_t* out, uint64_t cap,
+                                const uint8_t* payload, const refit_decode_target_t& target) {
+  { Impl::kOp } -> std::convertible_to<refit_op_t>;
+  { Impl::Create(cfg) } -> std::same_as<Result<std::unique_ptr<Impl>>>;
+  requires std::same_as<decltype(impl.MaxEncodedSize(in)), Result<uint64_t>> ||
+               std::same_as<decltype(impl.MaxEncodedSize(in)), uint64_t>;
+  { impl.Encode(in, out, cap) } -> std::same_as<Result<uint64_t>>;
+  { impl.Decode(payload, cap, target) } -> std::same_as<Status>;
+};
+
+// A transport class (the ABI's keyed blob channel; Size gives nullopt for a missing key).
+template <class Impl>
+concept TransportImpl = requires(Impl& impl, const ConfigView& cfg, refit_transport_role_t role,
+                                 const std::string& key, const uint8_t* data, uint8_t* buf,
+                                 uint64_t n) {
+  { Impl::Create(cfg, role, key) } -> std::same_as<Result<std::unique_ptr<Impl>>>;
+  { impl.Put(key, data, n) } -> std::same_as<Status>;
+  { impl.Size(key) } -> std::same_as<Result<std::optional<uint64_t>>>;
+  { impl.Get(key, n, buf, n) } -> std::same_as<Status>;
+  { impl.List(key) } -> std::same_as<Result<std::vector<std::pair<std::string, uint64_t>>>>;
+  { impl.Remove(key) } -> std::same_as<Status>;
+};
+
+namespace detail {
+template <class Impl>
+concept HasApplyCost = requires {
+  { Impl::kApplyCost } -> std::convertible_to<uint32_t>;
+};
+
+template <class Impl>
+constexpr uint32_t ApplyCost() {
+  if constexpr (HasApplyCost<Impl>) {
+    return static_cast<uint32_t>(Impl::kApplyCost);
+  } else {
+    return 0;
+  }
+}
+}  // namespace detail
 
 // ------------------------------------------------------------------ encodings
 
@@ -164,12 +234,15 @@ struct EncodingAdapter {
     });
   }
   static void Destroy(void* instance) { delete static_cast<Impl*>(instance); }
-  static uint64_t MaxEncodedSize(void* instance, const refit_encode_input_t* in) {
-    try {
-      return static_cast<const Impl*>(instance)->MaxEncodedSize(*in);
-    } catch (...) {
-      return 0;  // the host treats 0 as "cannot encode" and reports it
-    }
+  static int MaxEncodedSize(void* instance, const refit_encode_input_t* in, uint64_t* size_p,
+                            refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      // A plain uint64_t bound passes through; the host treats 0 as "cannot encode".
+      Result<uint64_t> n = static_cast<const Impl*>(instance)->MaxEncodedSize(*in);
+      if (!n.ok()) return detail::Report(err, n.status());
+      *size_p = n.value();
+      return static_cast<int>(REFIT_OK);
+    });
   }
   static int Encode(void* instance, const refit_encode_input_t* in, uint8_t* out, uint64_t cap,
                     uint64_t* size_p, refit_error_t* err) {
@@ -200,13 +273,6 @@ struct EncodingAdapter {
 
 // ------------------------------------------------------------------ transports
 
-// Concept: static Result<std::unique_ptr<Impl>> Create(const ConfigView&, refit_transport_role_t,
-//          const std::string& peer_id);
-//          Status Put(const std::string& key, const uint8_t* data, uint64_t len);
-//          Result<std::optional<uint64_t>> Size(const std::string& key);   // nullopt: no such key
-//          Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
-//          Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix);
-//          Status Remove(const std::string& key);
 template <class Impl>
 struct TransportAdapter {
   static int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t role,
@@ -278,10 +344,15 @@ struct TensorSpec {
   std::vector<uint64_t> shape;
 };
 
-// Concept: static Result<std::unique_ptr<Impl>> Create(const ConfigView&, int rank, int world);
-//          Result<std::vector<Slice>> MapTensor(const refit_local_tensor_t& local) const;
-// Optional (ABI 1.1; without it the layout cannot be used by `refit shard`):
-//          Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const;
+// A layout class. Optional (ABI 1.1; without it the layout cannot be used by `refit shard`):
+//   Result<std::vector<TensorSpec>> ListLocal(const std::vector<TensorSpec>& canonical) const;
+template <class Impl>
+concept LayoutImpl = requires(const Impl& impl, const ConfigView& cfg, int rank,
+                              const refit_local_tensor_t& local) {
+  { Impl::Create(cfg, rank, rank) } -> std::same_as<Result<std::unique_ptr<Impl>>>;
+  { impl.MapTensor(local) } -> std::same_as<Result<std::vector<Slice>>>;
+};
+
 template <class Impl>
 struct LayoutAdapter {
   static constexpr bool kHasListLocal = requires(const Impl& impl,
@@ -359,6 +430,51 @@ struct LayoutAdapter {
 
 // ------------------------------------------------------------------ component rows
 
+namespace detail {
+template <class Impl>
+constexpr void CheckEncoding() {
+  static_assert(EncodingImpl<Impl>,
+                "an encoding class needs: static constexpr refit_op_t kOp; static "
+                "Result<std::unique_ptr<Impl>> Create(const ConfigView&); Result<uint64_t> (or "
+                "uint64_t) MaxEncodedSize(const refit_encode_input_t&) const; Result<uint64_t> "
+                "Encode(const refit_encode_input_t&, uint8_t*, uint64_t) const; Status "
+                "Decode(const uint8_t*, uint64_t, const refit_decode_target_t&) const");
+}
+template <class Impl>
+constexpr void CheckTransport() {
+  static_assert(TransportImpl<Impl>,
+                "a transport class needs: static Result<std::unique_ptr<Impl>> Create(const "
+                "ConfigView&, refit_transport_role_t, const std::string& peer_id); Status "
+                "Put(key, const uint8_t*, uint64_t); Result<std::optional<uint64_t>> Size(key); "
+                "Status Get(key, uint64_t offset, uint8_t*, uint64_t len); "
+                "Result<std::vector<std::pair<std::string, uint64_t>>> List(prefix); Status "
+                "Remove(key)");
+}
+template <class Impl>
+constexpr void CheckLayout() {
+  static_assert(LayoutImpl<Impl>,
+                "a layout class needs: static Result<std::unique_ptr<Impl>> Create(const "
+                "ConfigView&, int rank, int world); Result<std::vector<Slice>> MapTensor(const "
+                "refit_local_tensor_t&) const");
+}
+
+constexpr refit_component_t Row(refit_component_kind_t kind, const char* name,
+                                const char* description, uint64_t capabilities,
+                                const refit_config_key_t* keys, size_t n_keys, const void* vtable,
+                                uint32_t apply_cost) {
+  return refit_component_t{sizeof(refit_component_t),
+                           kind,
+                           name,
+                           description,
+                           capabilities,
+                           keys,
+                           n_keys,
+                           vtable,
+                           sizeof(refit_config_key_t),
+                           apply_cost};
+}
+}  // namespace detail
+
 // Each Make* has a form without config keys (a zero-length array type is ill-formed, so the keyed
 // form cannot default N to 0) and one taking &kKeys. Encodings without keys but with
 // capabilities pass nullptr for the keys.
@@ -366,49 +482,84 @@ template <class Impl>
 constexpr refit_component_t MakeEncoding(const char* name, const char* description,
                                          std::nullptr_t /*no keys*/ = nullptr,
                                          uint64_t capabilities = 0) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_ENCODING, name, description,
-                           capabilities, nullptr, 0, EncodingAdapter<Impl>::Vtable()};
+  detail::CheckEncoding<Impl>();
+  if constexpr (EncodingImpl<Impl>) {
+    return detail::Row(REFIT_KIND_ENCODING, name, description, capabilities, nullptr, 0,
+                       EncodingAdapter<Impl>::Vtable(), detail::ApplyCost<Impl>());
+  } else {
+    return refit_component_t{};
+  }
 }
 
 template <class Impl, size_t N>
 constexpr refit_component_t MakeEncoding(const char* name, const char* description,
                                          const refit_config_key_t (*keys)[N],
                                          uint64_t capabilities = 0) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_ENCODING, name, description,
-                           capabilities, *keys, N, EncodingAdapter<Impl>::Vtable()};
+  detail::CheckEncoding<Impl>();
+  if constexpr (EncodingImpl<Impl>) {
+    return detail::Row(REFIT_KIND_ENCODING, name, description, capabilities, *keys, N,
+                       EncodingAdapter<Impl>::Vtable(), detail::ApplyCost<Impl>());
+  } else {
+    return refit_component_t{};
+  }
 }
 
 template <class Impl>
 constexpr refit_component_t MakeTransport(const char* name, const char* description) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_TRANSPORT, name, description, 0,
-                           nullptr, 0, TransportAdapter<Impl>::Vtable()};
+  detail::CheckTransport<Impl>();
+  if constexpr (TransportImpl<Impl>) {
+    return detail::Row(REFIT_KIND_TRANSPORT, name, description, 0, nullptr, 0,
+                       TransportAdapter<Impl>::Vtable(), 0);
+  } else {
+    return refit_component_t{};
+  }
 }
 
 template <class Impl, size_t N>
 constexpr refit_component_t MakeTransport(const char* name, const char* description,
                                           const refit_config_key_t (*keys)[N]) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_TRANSPORT, name, description, 0,
-                           *keys, N, TransportAdapter<Impl>::Vtable()};
+  detail::CheckTransport<Impl>();
+  if constexpr (TransportImpl<Impl>) {
+    return detail::Row(REFIT_KIND_TRANSPORT, name, description, 0, *keys, N,
+                       TransportAdapter<Impl>::Vtable(), 0);
+  } else {
+    return refit_component_t{};
+  }
 }
 
 template <class Impl>
 constexpr refit_component_t MakeLayout(const char* name, const char* description) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_LAYOUT, name, description, 0,
-                           nullptr, 0, LayoutAdapter<Impl>::Vtable()};
+  detail::CheckLayout<Impl>();
+  if constexpr (LayoutImpl<Impl>) {
+    return detail::Row(REFIT_KIND_LAYOUT, name, description, 0, nullptr, 0,
+                       LayoutAdapter<Impl>::Vtable(), 0);
+  } else {
+    return refit_component_t{};
+  }
 }
 
 template <class Impl, size_t N>
 constexpr refit_component_t MakeLayout(const char* name, const char* description,
                                        const refit_config_key_t (*keys)[N]) {
-  return refit_component_t{sizeof(refit_component_t), REFIT_KIND_LAYOUT, name, description, 0,
-                           *keys, N, LayoutAdapter<Impl>::Vtable()};
+  detail::CheckLayout<Impl>();
+  if constexpr (LayoutImpl<Impl>) {
+    return detail::Row(REFIT_KIND_LAYOUT, name, description, 0, *keys, N,
+                       LayoutAdapter<Impl>::Vtable(), 0);
+  } else {
+    return refit_component_t{};
+  }
 }
 
 }  // namespace refit::sdk
 
 // Defines the plugin's one exported entry point. Components are refit::sdk::Make*<...>(...) rows;
 // pass config keys as &kMyKeys (a static const refit_config_key_t array).
-#define REFIT_PLUGIN(plugin_name, plugin_version, ...)                                        \
+#define REFIT_PLUGIN(plugin_name, plugin_version, ...) \
+  REFIT_PLUGIN_WITH_FINI(plugin_name, plugin_version, nullptr, __VA_ARGS__)
+
+// The same with a plugin-level fini (a void() function, or nullptr): the host calls it once, when
+// the last object made from this plugin is gone and before the library is unloaded.
+#define REFIT_PLUGIN_WITH_FINI(plugin_name, plugin_version, plugin_fini, ...)                 \
   extern "C" REFIT_PLUGIN_ENTRY_VISIBILITY const refit_plugin_t* REFIT_PLUGIN_ENTRY_NAME(     \
       const refit_host_api_t* host) {                                                         \
     static const refit_component_t kComponents[] = {__VA_ARGS__};                             \
@@ -418,7 +569,8 @@ constexpr refit_component_t MakeLayout(const char* name, const char* description
                                            plugin_name,                                       \
                                            plugin_version,                                    \
                                            kComponents,                                       \
-                                           sizeof(kComponents) / sizeof(kComponents[0])};     \
+                                           sizeof(kComponents) / sizeof(kComponents[0]),      \
+                                           plugin_fini};                                      \
     ::refit::sdk::detail::HostSlot() = host;                                                  \
     return &kPlugin;                                                                          \
   }

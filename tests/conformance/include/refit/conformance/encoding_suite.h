@@ -262,7 +262,9 @@ class EncodingConformanceTest : public ::testing::TestWithParam<std::tuple<std::
 
   // Encodes in, checking the size contract; an empty vector + failure on error.
   std::vector<uint8_t> EncodeOk(const refit_encode_input_t& in, const std::string& what) {
-    const uint64_t max = encoding_->MaxEncodedSize(in);
+    Result<uint64_t> bound = encoding_->MaxEncodedSize(in);
+    EXPECT_TRUE(bound.ok()) << what << ": " << bound.status().ToString();
+    const uint64_t max = bound.ok() ? *bound : 0;
     EXPECT_GT(max, 0u) << what << ": MaxEncodedSize is 0 (cannot encode)";
     std::vector<uint8_t> out(std::max<uint64_t>(max, 1));
     Result<uint64_t> written = encoding_->Encode(in, out.data(), max);
