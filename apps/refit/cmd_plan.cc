@@ -152,7 +152,8 @@ void RegisterPlan(CLI::App& app, Commands& commands) {
   auto config = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
       "plan", "Recommend PP-level/TP-level sharded diff per path from a bandwidth model");
-  cmd->add_option("--config", *config, "topology TOML (e.g. configs/plan-examples.toml)")->required();
+  cmd->add_option("--config", *config, "topology TOML (e.g. configs/plan-examples.toml)")
+      ->required();
   commands.push_back({cmd, [config] { return RunPlan(*config); }});
 }
 
