@@ -4,11 +4,13 @@
 // files are exactly what the layout maps back; padding (vocab rows past the vocabulary) is zero.
 // Tensors are written one at a time: the input stays mmap'd and at most one local tensor (plus one
 // slice) is in memory.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -372,6 +374,31 @@ Status RunShard(const ShardOptions& options) {
   std::printf("%s: %" PRId64 " shards (layout %s) in %s\n", options.input.c_str(), grid.world,
               options.layout.c_str(), options.out_dir.c_str());
   return Status::OK();
+}
+
+void RegisterShard(CLI::App& app, Commands& commands) {
+  auto shard = std::make_shared<ShardOptions>();
+  auto* cmd = app.add_subcommand(
+      "shard", "Cut a HuggingFace checkpoint into one safetensors file per rank of a layout");
+  cmd->add_option("HF", shard->input, "HuggingFace checkpoint (.safetensors)")->required();
+  cmd->add_option("--layout", shard->layout, "megatron, fsdp or vllm (docs/layouts.md)")
+      ->required();
+  cmd->add_option("--tp", shard->tp, "tensor-parallel size (default: config, else 1)");
+  cmd->add_option("--pp", shard->pp, "pipeline-parallel size (megatron)");
+  cmd->add_option("--ep", shard->ep, "expert-parallel size (megatron MoE)");
+  cmd->add_option("--world", shard->world, "number of ranks (fsdp)");
+  cmd->add_option("--num-heads", shard->num_heads, "attention heads, when not inferable");
+  cmd->add_option("--num-kv-heads", shard->num_kv_heads, "key/value heads (default: inferred)");
+  cmd->add_option("--head-dim", shard->head_dim, "rows per head (default: inferred)");
+  cmd->add_option("--config", shard->config_path,
+                  "TOML with [layout.<name>] model description keys and [plugins]");
+  cmd->add_option("-o,--output", shard->out_dir, "directory for the shard files")->required();
+  cmd->footer(
+      "Files: tp{t}_pp{p}[_ep{e}].safetensors (rank = pp*tp*ep + ep*tp + tp), fsdp: "
+      "rank{r}.safetensors.\nThe model description (num_layers, hidden, ffn, vocab, experts, "
+      "heads) is read off the checkpoint;\nnum_heads needs --num-heads unless a q_norm gives "
+      "head_dim.");
+  commands.push_back({cmd, [shard] { return RunShard(*shard); }});
 }
 
 }  // namespace refit::cli

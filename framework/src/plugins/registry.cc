@@ -903,7 +903,12 @@ std::string DefaultPluginDir() {
   // links the core statically (the CLI, tests, tools).
   if (dladdr(&kHostApi, &where) != 0 && where.dli_fname != nullptr) {
     std::error_code ec;
-    fs::path file = fs::weakly_canonical(fs::absolute(where.dli_fname, ec), ec);
+    // For the main program dladdr reports argv[0] ("refit" when run from PATH, or whatever a
+    // parent passed to exec), not a path: the kernel's /proc/self/exe is the real file.
+    const bool shared_library = std::strstr(where.dli_fname, ".so") != nullptr;
+    fs::path file = shared_library ? fs::absolute(where.dli_fname, ec)
+                                   : fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) file = fs::weakly_canonical(file, ec);
     if (!ec) {
 #if defined(REFIT_BUILD_ROOT) && defined(REFIT_BUILD_PLUGIN_DIR)
       // Anything running from the build tree uses the plugins built with it.
@@ -914,7 +919,6 @@ std::string DefaultPluginDir() {
         if (root_end == build_root.end()) return REFIT_BUILD_PLUGIN_DIR;
       }
 #endif
-      const bool shared_library = file.filename().string().find(".so") != std::string::npos;
 #ifdef REFIT_INSTALL_LIBDIR
       // An installed program: <prefix>/bin/refit -> <prefix>/<libdir>/refit/plugins.
       if (!shared_library) {

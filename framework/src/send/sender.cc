@@ -479,6 +479,77 @@ struct Sender::Impl {
     force_full = false;
     return SaveState();
   }
+
+  // The [sender] keys (docs/config.md), each checked where it is read.
+  Status ReadOptions() {
+    REFIT_ASSIGN_OR_RAISE(state_dir, config.RequireString("sender.state_dir"));
+    REFIT_ASSIGN_OR_RAISE(encoding, config.GetString("sender.encoding", internal::kAutoEncoding));
+    REFIT_ASSIGN_OR_RAISE(int64_t configured_threads, config.GetInt("sender.threads", 0));
+    threads = internal::DeltaWriter::ResolveThreads(configured_threads);
+    REFIT_ASSIGN_OR_RAISE(bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
+    REFIT_ASSIGN_OR_RAISE(chunk_bytes, config.GetSize("sender.chunk_bytes", 16ull << 20));
+    if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
+    REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
+    REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
+    REFIT_ASSIGN_OR_RAISE(full_every, config.GetInt("sender.full_every", 0));
+    REFIT_ASSIGN_OR_RAISE(poll_ms, config.GetInt("sender.poll_interval_ms", 50));
+    REFIT_ASSIGN_OR_RAISE(std::string mode, config.GetString("sender.mode", "tp"));
+    if (mode != "tp" && mode != "pp") {
+      return Status::Invalid(config.Where("sender.mode") +
+                             ": sender.mode must be \"tp\" or "
+                             "\"pp\", got \"" +
+                             mode + "\"");
+    }
+    pp_mode = mode == "pp";
+    REFIT_ASSIGN_OR_RAISE(int64_t configured_stage_ranks, config.GetInt("sender.stage_ranks", 1));
+    if (configured_stage_ranks < 1 || configured_stage_ranks > world) {
+      return Status::Invalid(config.Where("sender.stage_ranks") + ": sender.stage_ranks " +
+                             std::to_string(configured_stage_ranks) +
+                             " is not in [1, world=" + std::to_string(world) + "]");
+    }
+    stage_ranks = static_cast<int>(configured_stage_ranks);
+    REFIT_ASSIGN_OR_RAISE(receiver_layout, config.GetString("sender.receiver_layout", ""));
+    REFIT_ASSIGN_OR_RAISE(int64_t configured_receiver_world,
+                          config.GetInt("sender.receiver_world", 1));
+    if (configured_receiver_world < 1 || configured_receiver_world > 1 << 20) {
+      return Status::Invalid(config.Where("sender.receiver_world") +
+                             ": sender.receiver_world must be in [1, 2^20]");
+    }
+    receiver_world = static_cast<int>(configured_receiver_world);
+    if (!receiver_layout.empty() && registry->Find(REFIT_KIND_LAYOUT, receiver_layout) == nullptr) {
+      return Status::Invalid(config.Where("sender.receiver_layout") + ": unknown layout '" +
+                             receiver_layout + "'");
+    }
+    return Status::OK();
+  }
+
+  // pp mode: the stage's non-leader ranks put their parts through a node-local staging transport.
+  Status OpenStage() {
+    REFIT_ASSIGN_OR_RAISE(std::string stage_dir, config.RequireString("sender.stage_dir"));
+    REFIT_ASSIGN_OR_RAISE(std::string stage_transport,
+                          config.GetString("sender.stage_transport", "disk"));
+    const ComponentInfo* stage_info = registry->Find(REFIT_KIND_TRANSPORT, stage_transport);
+    if (stage_info == nullptr) {
+      return Status::Invalid(config.Where("sender.stage_transport") +
+                             ": sender.stage_transport: unknown transport '" + stage_transport +
+                             "'");
+    }
+    // Staged parts are rewritten by the next version anyway: a transport that can skip fsync
+    // is told to.
+    bool has_fsync = false;
+    for (const ConfigKeySpec& key : stage_info->config_keys) has_fsync |= key.name == "fsync";
+    const std::string stage_section = "transport." + stage_transport;
+    REFIT_ASSIGN_OR_RAISE(
+        Config stage_config,
+        Config::FromString("[" + stage_section + "]\ndir = " + json(stage_dir).dump() + "\n" +
+                               (has_fsync ? "fsync = false\n" : ""),
+                           "sender.stage_dir"));
+    REFIT_ASSIGN_OR_RAISE(stage, registry->CreateTransport(stage_transport, REFIT_ROLE_SENDER,
+                                                           "stage-r" + std::to_string(rank),
+                                                           &stage_config, stage_section));
+    if (!IsStageLeader()) out = stage.get();
+    return Status::OK();
+  }
 };
 
 Sender::Sender() : impl_(std::make_unique<Impl>()) {}
@@ -500,73 +571,14 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
     REFIT_ASSIGN_OR_RAISE(m.registry, LoadRegistry(&m.config));
   }
   REFIT_RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
-  REFIT_ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("sender.state_dir"));
-  REFIT_ASSIGN_OR_RAISE(m.encoding, m.config.GetString("sender.encoding", internal::kAutoEncoding));
-  REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("sender.threads", 0));
-  m.threads = internal::DeltaWriter::ResolveThreads(threads);
-  REFIT_ASSIGN_OR_RAISE(m.bucket_bytes, m.config.GetSize("sender.bucket_bytes", 64ull << 20));
-  REFIT_ASSIGN_OR_RAISE(m.chunk_bytes, m.config.GetSize("sender.chunk_bytes", 16ull << 20));
-  if (m.chunk_bytes > m.bucket_bytes) m.chunk_bytes = m.bucket_bytes;
-  REFIT_ASSIGN_OR_RAISE(m.receivers, m.config.GetStringList("sender.receivers", {}));
-  REFIT_ASSIGN_OR_RAISE(m.ack_timeout, m.config.GetDouble("sender.ack_timeout_s", 600));
-  REFIT_ASSIGN_OR_RAISE(m.full_every, m.config.GetInt("sender.full_every", 0));
-  REFIT_ASSIGN_OR_RAISE(m.poll_ms, m.config.GetInt("sender.poll_interval_ms", 50));
-  REFIT_ASSIGN_OR_RAISE(std::string mode, m.config.GetString("sender.mode", "tp"));
-  if (mode != "tp" && mode != "pp") {
-    return Status::Invalid(m.config.Where("sender.mode") +
-                           ": sender.mode must be \"tp\" or "
-                           "\"pp\", got \"" +
-                           mode + "\"");
-  }
-  m.pp_mode = mode == "pp";
-  REFIT_ASSIGN_OR_RAISE(int64_t stage_ranks, m.config.GetInt("sender.stage_ranks", 1));
-  if (stage_ranks < 1 || stage_ranks > world) {
-    return Status::Invalid(m.config.Where("sender.stage_ranks") + ": sender.stage_ranks " +
-                           std::to_string(stage_ranks) +
-                           " is not in [1, world=" + std::to_string(world) + "]");
-  }
-  m.stage_ranks = static_cast<int>(stage_ranks);
-  REFIT_ASSIGN_OR_RAISE(m.receiver_layout, m.config.GetString("sender.receiver_layout", ""));
-  REFIT_ASSIGN_OR_RAISE(int64_t receiver_world, m.config.GetInt("sender.receiver_world", 1));
-  if (receiver_world < 1 || receiver_world > 1 << 20) {
-    return Status::Invalid(m.config.Where("sender.receiver_world") +
-                           ": sender.receiver_world must be in [1, 2^20]");
-  }
-  m.receiver_world = static_cast<int>(receiver_world);
-  if (!m.receiver_layout.empty() &&
-      m.registry->Find(REFIT_KIND_LAYOUT, m.receiver_layout) == nullptr) {
-    return Status::Invalid(m.config.Where("sender.receiver_layout") + ": unknown layout '" +
-                           m.receiver_layout + "'");
-  }
+  REFIT_RETURN_NOT_OK(m.ReadOptions());
   REFIT_ASSIGN_OR_RAISE(m.verify_puts, m.config.GetBool("sender.verify_puts", true));
   REFIT_ASSIGN_OR_RAISE(
       m.transport, internal::CreateTransportWithFaults(*m.registry, m.config, REFIT_ROLE_SENDER,
                                                        "sender-r" + std::to_string(rank)));
   m.out = m.transport.get();
   if (m.pp_mode && m.stage_ranks > 1) {
-    REFIT_ASSIGN_OR_RAISE(std::string stage_dir, m.config.RequireString("sender.stage_dir"));
-    REFIT_ASSIGN_OR_RAISE(std::string stage_transport,
-                          m.config.GetString("sender.stage_transport", "disk"));
-    const ComponentInfo* stage_info = m.registry->Find(REFIT_KIND_TRANSPORT, stage_transport);
-    if (stage_info == nullptr) {
-      return Status::Invalid(m.config.Where("sender.stage_transport") +
-                             ": sender.stage_transport: unknown transport '" + stage_transport +
-                             "'");
-    }
-    // Staged parts are rewritten by the next version anyway: a transport that can skip fsync
-    // is told to.
-    bool has_fsync = false;
-    for (const ConfigKeySpec& key : stage_info->config_keys) has_fsync |= key.name == "fsync";
-    const std::string stage_section = "transport." + stage_transport;
-    REFIT_ASSIGN_OR_RAISE(
-        Config stage_config,
-        Config::FromString("[" + stage_section + "]\ndir = " + json(stage_dir).dump() + "\n" +
-                               (has_fsync ? "fsync = false\n" : ""),
-                           "sender.stage_dir"));
-    REFIT_ASSIGN_OR_RAISE(m.stage, m.registry->CreateTransport(stage_transport, REFIT_ROLE_SENDER,
-                                                               "stage-r" + std::to_string(rank),
-                                                               &stage_config, stage_section));
-    if (!m.IsStageLeader()) m.out = m.stage.get();
+    REFIT_RETURN_NOT_OK(m.OpenStage());
   } else {
     m.pp_mode = false;  // stages of one rank: every rank is its own leader
   }
