@@ -100,11 +100,13 @@ void CheckRoundTrip(const LoadedEncoding& enc, int32_t dtype, uint32_t elem_size
     in.positions = positions.data();
   }
   const char* what = full_sync ? "full sync" : "delta";
-  const uint64_t max = enc.vtable->max_encoded_size(enc.instance, &in);
+  uint64_t max = 0;
+  refit_error_t err{};
+  FUZZ_CHECK(enc.vtable->max_encoded_size(enc.instance, &in, &max, &err) == REFIT_OK,
+             "%s: %s re-encode: MaxEncodedSize failed: %s", enc.name, what, err.message);
   FUZZ_CHECK(max > 0, "%s: %s re-encode: MaxEncodedSize is 0", enc.name, what);
   std::vector<uint8_t> out(max);
   uint64_t size = 0;
-  refit_error_t err{};
   FUZZ_CHECK(enc.vtable->encode(enc.instance, &in, out.data(), max, &size, &err) == REFIT_OK,
              "%s: %s re-encode failed: %s", enc.name, what, err.message);
   FUZZ_CHECK(size <= max, "%s: %s encode wrote %llu > max %llu", enc.name, what,

@@ -1,6 +1,6 @@
 // A loaded plugin library: a shared library opened through Boost.DLL, or the builtin
 // pseudo-library (nothing to open). Internal to the loader; never installed. Boost stays inside
-// registry.cc: this header only names an opaque holder.
+// plugin_library.cc: this header only names an opaque holder.
 #pragma once
 
 #include <memory>
