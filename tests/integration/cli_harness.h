@@ -67,6 +67,23 @@ class RefitProcess {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  // Waits at most timeout_s; false (and the process killed, then reaped) when it was still running.
+  bool WaitFor(int timeout_s, CommandResult* r) {
+    for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 20) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        r->out = ReadAll(out_path_);
+        r->err = ReadAll(err_path_);
+        return true;
+      }
+      ::usleep(20 * 1000);
+    }
+    ::kill(pid_, SIGKILL);
+    *r = Wait();
+    return false;
+  }
   CommandResult Wait() {
     CommandResult r;
     int status = 0;

@@ -1,12 +1,18 @@
 // Disk-specific behaviour of the builtin `disk` transport (what every transport must do is in
 // tests/conformance/transport_conformance_test.cc). Driven through the Registry, like users do.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -237,6 +243,138 @@ TEST_F(DiskTransportTest, ADirectoryIsNotAnObject) {
   EXPECT_FALSE(t.Get("v3", 0, &byte, 0).ok());
   EXPECT_TRUE(t.Remove("v3").ok());  // a no-op: the object under it stays
   EXPECT_TRUE(fs::exists(root_ / "v3" / "COMMIT"));
+}
+
+// The shared directory is a trust boundary: any job that can write into it may plant symlinks,
+// FIFOs or devices. Nothing outside the directory may be read, written, removed or sized
+// through them, and nothing planted may block a call.
+class HostileDirTest : public DiskTransportTest {
+ protected:
+  void SetUp() override {
+    DiskTransportTest::SetUp();
+    fs::create_directories(sync_);
+    fs::create_directories(outside_ / "sub");
+    std::ofstream(outside_ / "victim") << "precious";
+    std::ofstream(outside_ / "sub" / "nested") << "also precious";
+    std::ofstream(outside_ / "COMMIT") << "old";
+    canary_ = Snapshot();
+    auto made = Make(sync_.string(), /*fsync=*/false);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    t_ = std::move(made).value();
+  }
+
+  // Every file and directory outside the sync directory: contents and mtimes.
+  std::map<std::string, std::string> Snapshot() const {
+    std::map<std::string, std::string> out;
+    for (const auto& entry : fs::recursive_directory_iterator(outside_)) {
+      struct stat sb {};
+      ::lstat(entry.path().c_str(), &sb);
+      std::string value = std::to_string(sb.st_mode) + ":" + std::to_string(sb.st_mtim.tv_sec) +
+                          "." + std::to_string(sb.st_mtim.tv_nsec);
+      if (entry.is_regular_file()) {
+        std::ifstream in(entry.path());
+        value += ":" + std::string(std::istreambuf_iterator<char>(in), {});
+      }
+      out[entry.path().string()] = value;
+    }
+    return out;
+  }
+
+  void ExpectOutsideUntouched() const { EXPECT_EQ(Snapshot(), canary_); }
+
+  fs::path sync_ = root_ / "sync";
+  fs::path outside_ = root_ / "outside";
+  std::map<std::string, std::string> canary_;
+  std::unique_ptr<Transport> t_;
+};
+
+TEST_F(HostileDirTest, SymlinkedVersionDirectoryIsNeverWrittenReadOrRemovedThrough) {
+  fs::create_directory_symlink(outside_, sync_ / "v00000005");
+  uint8_t byte = 1;
+  EXPECT_FALSE(t_->Put("v00000005/COMMIT", &byte, 1).ok());
+  EXPECT_FALSE(t_->Put("v00000005/new/payload", &byte, 1).ok());
+  // Refused, or a no-op (no directory of its own holds the key): never a removal through the link.
+  (void)t_->Remove("v00000005/victim");
+  (void)t_->Remove("v00000005/sub/nested");
+  EXPECT_FALSE(t_->Get("v00000005/victim", 0, &byte, 1).ok());
+  auto size = t_->Size("v00000005/victim");
+  EXPECT_FALSE(size.ok() && size.value().has_value());
+  auto listed = t_->List("v00000005/");
+  EXPECT_TRUE(!listed.ok() || listed.value().empty());
+  auto all = t_->List("");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_TRUE(all.value().empty());
+  ExpectOutsideUntouched();
+
+  // Once the planted link is gone, the honest writer proceeds.
+  fs::remove(sync_ / "v00000005");
+  ASSERT_TRUE(t_->Put("v00000005/COMMIT", &byte, 1).ok());
+  EXPECT_TRUE(fs::is_regular_file(sync_ / "v00000005" / "COMMIT"));
+}
+
+TEST_F(HostileDirTest, SymlinkedAckDirectoryIsNeverWrittenThrough) {
+  fs::create_directories(sync_ / "acks");
+  fs::create_directory_symlink(outside_, sync_ / "acks" / "rollout-0");
+  uint8_t byte = 1;
+  Status st = t_->Put("acks/rollout-0/v00000001", &byte, 1);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.message().find(outside_.string()), std::string::npos) << st.ToString();
+  (void)t_->Remove("acks/rollout-0/COMMIT");  // refused or a no-op, checked below
+  ExpectOutsideUntouched();
+  fs::remove(sync_ / "acks" / "rollout-0");
+  EXPECT_TRUE(t_->Put("acks/rollout-0/v00000001", &byte, 1).ok());
+}
+
+TEST_F(HostileDirTest, SymlinkedPayloadIsRefusedWithoutRevealingTheTarget) {
+  // A target whose size is distinctive, so a leak would show in the message.
+  std::ofstream(outside_ / "secret") << std::string(12345, 's');
+  canary_ = Snapshot();
+  fs::create_directories(sync_ / "v00000001");
+  fs::create_symlink(outside_ / "secret", sync_ / "v00000001" / "payload.r0.bin");
+  std::vector<uint8_t> buf(16);
+  Status st = t_->Get("v00000001/payload.r0.bin", 0, buf.data(), buf.size());
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().find("12345"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.message().find("secret"), std::string::npos) << st.ToString();
+  auto size = t_->Size("v00000001/payload.r0.bin");
+  if (size.ok()) {
+    EXPECT_FALSE(size.value().has_value());
+  } else {
+    EXPECT_EQ(size.status().message().find("12345"), std::string::npos);
+  }
+  auto listed = t_->List("v00000001/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed.value().empty());
+  // The link itself is what a Remove or a Put replaces; the target stays.
+  EXPECT_TRUE(t_->Remove("v00000001/payload.r0.bin").ok());
+  ExpectOutsideUntouched();
+}
+
+TEST_F(HostileDirTest, AFifoInPlaceOfAnObjectNeverBlocks) {
+  fs::create_directories(sync_ / "v00000001");
+  const std::string fifo = (sync_ / "v00000001" / "manifest.r0.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  auto get = std::async(std::launch::async, [&] {
+    uint8_t byte = 0;
+    return t_->Get("v00000001/manifest.r0.json", 0, &byte, 1);
+  });
+  if (get.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    // Release the blocked open so the test can finish and report.
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "Get blocked on a FIFO";
+  }
+  Status st = get.get();
+  EXPECT_FALSE(st.ok());
+  auto size = t_->Size("v00000001/manifest.r0.json");
+  EXPECT_FALSE(size.ok() && size.value().has_value());
+  ExpectOutsideUntouched();
+  fs::remove(fifo);
+  uint8_t byte = 7;
+  ASSERT_TRUE(t_->Put("v00000001/manifest.r0.json", &byte, 1).ok());
+  uint8_t back = 0;
+  ASSERT_TRUE(t_->Get("v00000001/manifest.r0.json", 0, &back, 1).ok());
+  EXPECT_EQ(back, 7);
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 #include "common/file_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 
 #include "temp_dir_util.h"
@@ -134,6 +136,117 @@ TEST_F(FileUtilTest, MappedFileReadsAndWritesThrough) {
   EXPECT_EQ(empty.value()->size(), 0u);
   EXPECT_EQ(MappedFile::Open((dir_ / "nope").string()).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(MappedFile::Open(dir_.string()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// ConfinedDir, under both resolvers: openat2 where the kernel has it, and the O_NOFOLLOW walk
+// that kernels without it (or a seccomp filter refusing it) fall back to.
+class ConfinedDirTest : public FileUtilTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    SetOpenat2ForTesting(GetParam());
+    fs::create_directories(root_ / "v1");
+    fs::create_directories(outside_);
+    std::ofstream(outside_ / "victim") << "precious";
+    std::ofstream(root_ / "v1" / "object") << "inside";
+    auto opened = ConfinedDir::Open(root_.string());
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    root_dir_ = std::move(opened).value();
+  }
+  void TearDown() override { SetOpenat2ForTesting(true); }
+
+  fs::path root_ = dir_ / "root";
+  fs::path outside_ = dir_ / "outside";
+  std::unique_ptr<ConfinedDir> root_dir_;
+};
+
+TEST_P(ConfinedDirTest, ReadsAndWritesBeneathTheRoot) {
+  auto text = root_dir_->ReadSmallFile("v1/object", 100);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(text.value(), "inside");
+  ASSERT_TRUE(root_dir_->WriteAtomic("v2/deep/new", "fresh", false, /*make_parents=*/true).ok());
+  EXPECT_EQ(Slurp(root_ / "v2" / "deep" / "new"), "fresh");
+  EXPECT_EQ(TmpFiles(root_), 0);
+  EXPECT_EQ(root_dir_->WriteAtomic("v3/new", "x", false).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(root_dir_->Remove("v2/deep/new").ok());
+  ASSERT_TRUE(root_dir_->Remove("v2/deep", /*directory=*/true).ok());
+  EXPECT_FALSE(fs::exists(root_ / "v2" / "deep"));
+  EXPECT_EQ(root_dir_->Remove("v2/deep/new").code(), StatusCode::kNotFound);
+}
+
+TEST_P(ConfinedDirTest, PathsLeavingTheRootAreRefusedBeforeAnySyscall) {
+  for (const char* bad : {"../outside/victim", "/etc/passwd", "v1//object", "v1/./object",
+                          "v1/../../outside/victim", "v1/"}) {
+    EXPECT_EQ(root_dir_->OpenFile(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(root_dir_->WriteAtomic(bad, "x", false, true).code(), StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_EQ(root_dir_->Remove(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(Slurp(outside_ / "victim"), "precious");
+}
+
+TEST_P(ConfinedDirTest, ALinkedDirectoryIsNeverFollowed) {
+  fs::create_directory_symlink(outside_, root_ / "v5");
+  EXPECT_FALSE(root_dir_->OpenFile("v5/victim").ok());
+  EXPECT_FALSE(root_dir_->WriteAtomic("v5/victim", "overwritten", false, true).ok());
+  EXPECT_FALSE(root_dir_->WriteAtomic("v5/sub/new", "created", false, true).ok());
+  EXPECT_FALSE(root_dir_->Remove("v5/victim").ok());
+  EXPECT_FALSE(root_dir_->OpenDir("v5").ok());
+  EXPECT_FALSE(root_dir_->OpenDir("v5/sub", /*create=*/true).ok());
+  EXPECT_EQ(Slurp(outside_ / "victim"), "precious");
+  EXPECT_FALSE(fs::exists(outside_ / "sub"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(outside_), fs::directory_iterator()), 1);
+}
+
+TEST_P(ConfinedDirTest, ALinkedFileIsReplacedOrRemovedButNeverFollowed) {
+  // A distinctive size, so a message that leaks the target's size shows it.
+  std::ofstream(outside_ / "secret") << std::string(54321, 's');
+  fs::create_symlink(outside_ / "secret", root_ / "v1" / "link");
+  auto opened = root_dir_->OpenFile("v1/link");
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(opened.status().message().find("54321"), std::string::npos);
+  EXPECT_EQ(opened.status().message().find("secret"), std::string::npos);
+  ASSERT_TRUE(root_dir_->WriteAtomic("v1/link", "mine", false).ok());
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(root_ / "v1" / "link")));
+  EXPECT_EQ(fs::file_size(outside_ / "secret"), 54321u);
+  fs::remove(root_ / "v1" / "link");
+  fs::create_symlink(outside_ / "victim", root_ / "v1" / "link");
+  ASSERT_TRUE(root_dir_->Remove("v1/link").ok());
+  EXPECT_EQ(Slurp(outside_ / "victim"), "precious");
+}
+
+TEST_P(ConfinedDirTest, AFifoOrADirectoryIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo((root_ / "v1" / "fifo").c_str(), 0666), 0);
+  // A blocking open would never return: the test would hang here.
+  auto fifo = root_dir_->OpenFile("v1/fifo");
+  EXPECT_EQ(fifo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(root_dir_->ReadSmallFile("v1/fifo", 10).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(root_dir_->OpenFile("v1").status().code(), StatusCode::kInvalidArgument);
+  // The same message for every kind: it tells a planter nothing.
+  EXPECT_EQ(fifo.status().message().substr(fifo.status().message().find(": ")),
+            root_dir_->OpenFile("v1").status().message().substr(
+                root_dir_->OpenFile("v1").status().message().find(": ")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Resolvers, ConfinedDirTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Openat2") : std::string("Walk");
+                         });
+
+TEST_F(FileUtilTest, ReadSmallFileRefusesAFifoWithoutBlocking) {
+  const fs::path fifo = dir_ / "state.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  EXPECT_EQ(ReadSmallFile(fifo.string(), 100).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MappedFile::Open(fifo.string()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(FileUtilTest, AWritableMappingIsNeverOpenedThroughALink) {
+  ASSERT_TRUE(WriteFileAtomic((dir_ / "target").string(), "abcd").ok());
+  fs::create_symlink(dir_ / "target", dir_ / "model");
+  auto rw = MappedFile::Open((dir_ / "model").string(), /*writable=*/true);
+  EXPECT_EQ(rw.status().code(), StatusCode::kInvalidArgument) << rw.status().ToString();
+  // Read-only mappings of inputs the operator names may still go through a link.
+  EXPECT_TRUE(MappedFile::Open((dir_ / "model").string()).ok());
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 #include "common/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace refit::internal {
 namespace {
@@ -19,6 +23,9 @@ constexpr uint64_t kMaxWriteChunk = uint64_t{1} << 30;
 // transport prunes empty directories) deletes them between our mkdir and our create.
 constexpr int kMaxCreateAttempts = 8;
 
+// openat2 is retried this often when a concurrent rename makes it answer EAGAIN.
+constexpr int kMaxOpenat2Attempts = 8;
+
 // Process-wide, so two writers of one path in this process never pick the same temporary name.
 std::atomic<uint64_t> g_tmp_counter{0};
 
@@ -26,6 +33,108 @@ std::atomic<uint64_t> g_tmp_counter{0};
 // ENOTSUP: they give no way to order directory updates, so durability of the entry is then the
 // filesystem's business, and failing every write on them would make refit unusable there.
 bool DirectorySyncUnsupported(int err) { return err == EINVAL || err == ENOTSUP; }
+
+// Whether openat2 may be tried: cleared once the kernel lacks it (ENOSYS), after which every
+// resolution walks component by component. A seccomp filter's EPERM falls back call by call (an
+// EPERM can also be the file's own answer, and the walk then gives that answer again).
+std::atomic<bool> g_try_openat2{true};
+
+// One message for every object a confined open refuses: it must not tell a writer of the directory
+// anything about what a planted link points at (no size, no target, not even its kind).
+constexpr char kNotRegular[] =
+    "not a regular file of its own (symbolic links, FIFOs, devices, sockets and directories are "
+    "refused)";
+constexpr char kNotDirectory[] = "not a directory of its own (symbolic links are not followed)";
+
+// Closes an fd on scope exit unless released.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd = -1) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+std::vector<std::string> SplitComponents(const std::string& rel) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= rel.size() && !rel.empty()) {
+    size_t slash = rel.find('/', start);
+    if (slash == std::string::npos) slash = rel.size();
+    out.push_back(rel.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return out;
+}
+
+// openat of `rel` beneath root_fd that follows no symlink on the way nor at the end; -1 and errno
+// on failure (ELOOP or ENOTDIR where a link or a non-directory is in the way). `rel` is already
+// validated (no "..", no leading '/').
+int OpenBeneath(int root_fd, const std::string& rel, int flags, mode_t mode = 0) {
+  flags |= O_NOFOLLOW | O_CLOEXEC;
+#ifdef SYS_openat2
+  if (g_try_openat2.load(std::memory_order_relaxed)) {
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags);
+    how.mode = (flags & O_CREAT) != 0 ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    long fd = -1;
+    // EAGAIN: a concurrent rename raced the resolution; past a few, the walk below decides.
+    for (int attempt = 0; attempt < kMaxOpenat2Attempts; ++attempt) {
+      fd = ::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof(how));
+      if (fd >= 0 || (errno != EINTR && errno != EAGAIN)) break;
+    }
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != EAGAIN && errno != EINTR)) {
+      return static_cast<int>(fd);
+    }
+    if (errno == ENOSYS) g_try_openat2.store(false, std::memory_order_relaxed);
+  }
+#endif
+  const std::vector<std::string> parts = SplitComponents(rel);
+  if (parts.empty()) {
+    errno = EINVAL;
+    return -1;
+  }
+  ScopedFd dir(::dup(root_fd));
+  if (dir.get() < 0) return -1;
+  int fd = -1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    do {
+      fd = ::openat(dir.get(), parts[i].c_str(),
+                    last ? flags : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, mode);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0 || last) break;
+    dir.reset(fd);
+  }
+  // Closing the walked directory must not clobber the caller's errno.
+  const int err = errno;
+  dir.reset(-1);
+  errno = err;
+  return fd;
+}
+
+// The directory part of a relative path ("" for a bare name) and its last component.
+std::pair<std::string, std::string> SplitLast(const std::string& rel) {
+  const size_t slash = rel.rfind('/');
+  if (slash == std::string::npos) return {"", rel};
+  return {rel.substr(0, slash), rel.substr(slash + 1)};
+}
 
 }  // namespace
 
@@ -156,10 +265,16 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents, bool 
 }
 
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of the file must not wait for a writer forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::IoError(Errno("open", path));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Invalid(path + ": not a regular file");
   }
   std::string out;
   char buf[65536];
@@ -182,9 +297,14 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bool writable) {
-  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (fstat below refuses it).
+  const int fd =
+      ::open(path.c_str(), (writable ? O_RDWR | O_NOFOLLOW : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+    if (errno == ELOOP && writable) {
+      return Status::Invalid(path + ": a symbolic link; not opened for writing");
+    }
     return Status::IoError(path + ": cannot open: " + std::strerror(errno));
   }
   struct stat st {};
@@ -224,6 +344,192 @@ Status MappedFile::Sync() {
   if (!writable_ || data_ == nullptr) return Status::OK();
   if (::msync(data_, size_, MS_SYNC) != 0) {
     return Status::IoError(path_ + ": msync failed: " + std::strerror(errno));
+  }
+  return Status::OK();
+}
+
+void SetOpenat2ForTesting(bool enabled) { g_try_openat2.store(enabled); }
+
+Result<std::unique_ptr<ConfinedDir>> ConfinedDir::Open(const std::string& dir, bool create) {
+  if (dir.empty()) return Status::Invalid("cannot open a directory with an empty path");
+  if (create) REFIT_RETURN_NOT_OK(MakeDirs(dir));
+  std::unique_ptr<ConfinedDir> out(new ConfinedDir());
+  out->path_ = dir;
+  out->fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (out->fd_ < 0) {
+    if (errno == ENOENT) return Status::NotFound(dir + ": no such directory");
+    return Status::IoError(Errno("open directory", dir));
+  }
+  return out;
+}
+
+ConfinedDir::~ConfinedDir() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string ConfinedDir::Describe(const std::string& rel) const {
+  return rel.empty() ? path_ : path_ + "/" + rel;
+}
+
+Status ConfinedDir::ValidateRelative(const std::string& rel) {
+  if (!rel.empty() && rel[0] == '/') {
+    return Status::Invalid("'" + rel + "': must be relative (no leading '/')");
+  }
+  for (const std::string& part : SplitComponents(rel)) {
+    if (part.empty() || part == "." || part == "..") {
+      return Status::Invalid("'" + rel + "': empty, '.' or '..' path component");
+    }
+  }
+  return Status::OK();
+}
+
+Result<int> ConfinedDir::OpenDir(const std::string& rel, bool create, bool durable) const {
+  REFIT_RETURN_NOT_OK(ValidateRelative(rel));
+  auto refused = [&](const std::string& at) {
+    return Status::Invalid(Describe(at) + ": " + kNotDirectory);
+  };
+  if (rel.empty()) {
+    // A fresh open, not dup(): a dup shares the file offset, so one listing would leave the next
+    // starting at the end.
+    int fd = ::openat(fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Status::IoError(Errno("open directory", path_));
+    return fd;
+  }
+  if (!create) {
+    int fd = OpenBeneath(fd_, rel, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) return fd;
+    // ENOTDIR: a file, or (in the walk) a link, on the way: no directory of its own is there.
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return Status::NotFound(Describe(rel) + ": no such directory");
+    }
+    if (errno == ELOOP || errno == EXDEV) return refused(rel);
+    return Status::IoError(Errno("open directory", Describe(rel)));
+  }
+  // One component at a time, so each one made is opened (never followed) right after.
+  ScopedFd dir(::dup(fd_));
+  if (dir.get() < 0) return Status::IoError(Errno("dup", path_));
+  std::string walked;
+  for (const std::string& part : SplitComponents(rel)) {
+    walked += walked.empty() ? part : "/" + part;
+    int next = ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT) {
+      if (::mkdirat(dir.get(), part.c_str(), 0755) == 0) {
+        if (durable) REFIT_RETURN_NOT_OK(FsyncFd(dir.get(), Describe(walked)));
+      } else if (errno != EEXIST) {
+        return Status::IoError(Errno("mkdir", Describe(walked)));
+      }
+      next = ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (next < 0) {
+      if (errno == ELOOP || errno == ENOTDIR) return refused(walked);
+      if (errno == ENOENT) return Status::NotFound(Describe(walked) + ": removed while created");
+      return Status::IoError(Errno("open directory", Describe(walked)));
+    }
+    dir.reset(next);
+  }
+  return dir.release();
+}
+
+Result<int> ConfinedDir::OpenFile(const std::string& rel) const {
+  REFIT_RETURN_NOT_OK(ValidateRelative(rel));
+  if (rel.empty()) return Status::Invalid(path_ + ": " + kNotRegular);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  ScopedFd fd(OpenBeneath(fd_, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) {
+    // ENOTDIR: a file, or (in the walk) a link, in place of a directory on the way.
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return Status::NotFound(Describe(rel) + ": no such file");
+    }
+    if (errno == ELOOP || errno == EXDEV || errno == ENXIO) {
+      return Status::Invalid(Describe(rel) + ": " + kNotRegular);
+    }
+    return Status::IoError(Errno("open", Describe(rel)));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::IoError(Errno("stat", Describe(rel)));
+  if (!S_ISREG(st.st_mode)) return Status::Invalid(Describe(rel) + ": " + kNotRegular);
+  return fd.release();
+}
+
+Status ConfinedDir::WriteAtomic(const std::string& rel, const uint8_t* data, uint64_t len,
+                                bool durable, bool make_parents) const {
+  REFIT_RETURN_NOT_OK(ValidateRelative(rel));
+  if (rel.empty()) return Status::Invalid(path_ + ": cannot write the root directory as a file");
+  const auto [parent_rel, name] = SplitLast(rel);
+  for (int attempt = 0;; ++attempt) {
+    Result<int> parent_fd = OpenDir(parent_rel, make_parents, durable);
+    if (!parent_fd.ok()) {
+      // A concurrent remover pruned a directory we had just made: make it again.
+      if (make_parents && parent_fd.status().code() == StatusCode::kNotFound &&
+          attempt + 1 < kMaxCreateAttempts) {
+        continue;
+      }
+      return parent_fd.status();
+    }
+    ScopedFd parent(parent_fd.value());
+    const std::string tmp = TempPathFor(name);
+    const std::string tmp_path = Describe(parent_rel.empty() ? tmp : parent_rel + "/" + tmp);
+    // O_EXCL | O_NOFOLLOW: a name planted in the way (a link included) is never written through.
+    ScopedFd fd(::openat(parent.get(), tmp.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (fd.get() < 0) {
+      // The directory was pruned by a concurrent remover between our open and our create.
+      if (errno == ENOENT && make_parents && attempt + 1 < kMaxCreateAttempts) continue;
+      return Status::IoError(Errno("create", tmp_path));
+    }
+    Status st = WriteAll(fd.get(), data, len, tmp_path);
+    if (st.ok() && durable) st = FsyncFd(fd.get(), tmp_path);
+    if (st.ok() && ::close(fd.release()) != 0) st = Status::IoError(Errno("close", tmp_path));
+    // rename replaces whatever entry holds the name (a link as itself), never its target.
+    if (st.ok() && ::renameat(parent.get(), tmp.c_str(), parent.get(), name.c_str()) != 0) {
+      st = Status::IoError("rename " + tmp_path + " to " + Describe(rel) + ": " +
+                           std::strerror(errno));
+    }
+    if (!st.ok()) {
+      ::unlinkat(parent.get(), tmp.c_str(), 0);
+      return st;
+    }
+    return durable ? FsyncFd(parent.get(), Describe(parent_rel)) : Status::OK();
+  }
+}
+
+Status ConfinedDir::WriteAtomic(const std::string& rel, std::string_view contents, bool durable,
+                                bool make_parents) const {
+  return WriteAtomic(rel, reinterpret_cast<const uint8_t*>(contents.data()), contents.size(),
+                     durable, make_parents);
+}
+
+Result<std::string> ConfinedDir::ReadSmallFile(const std::string& rel, uint64_t max_bytes) const {
+  REFIT_ASSIGN_OR_RAISE(int raw, OpenFile(rel));
+  ScopedFd fd(raw);
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(Errno("read", Describe(rel)));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
+      return Status::Corrupt(Describe(rel) + ": larger than " + std::to_string(max_bytes) +
+                             " bytes");
+    }
+  }
+  return out;
+}
+
+Status ConfinedDir::Remove(const std::string& rel, bool directory) const {
+  REFIT_RETURN_NOT_OK(ValidateRelative(rel));
+  if (rel.empty()) return Status::Invalid(path_ + ": cannot remove the root directory");
+  const auto [parent_rel, name] = SplitLast(rel);
+  REFIT_ASSIGN_OR_RAISE(int parent_fd, OpenDir(parent_rel));
+  ScopedFd parent(parent_fd);
+  // unlinkat acts on the entry itself: a link is removed, its target never.
+  if (::unlinkat(parent.get(), name.c_str(), directory ? AT_REMOVEDIR : 0) != 0) {
+    if (errno == ENOENT) return Status::NotFound(Describe(rel) + ": no such file");
+    return Status::IoError(Errno(directory ? "rmdir" : "unlink", Describe(rel)));
   }
   return Status::OK();
 }

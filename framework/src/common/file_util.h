@@ -3,7 +3,9 @@
 //   - atomic replacement: a temporary file next to the target, fsync, rename, fsync of the parent
 //     directory (AtomicFile, WriteFileAtomic, and ReplaceFile for a temporary built another way);
 //   - complete writes (WriteAll), directory creation with parents (MakeDirs);
-//   - whole-file mappings, read-only or read-write (MappedFile).
+//   - whole-file mappings, read-only or read-write (MappedFile);
+//   - confined access beneath a root directory that never follows a symlink (ConfinedDir), for
+//     directories other jobs can write into.
 // "durable" everywhere means: survive a host crash, not just a process crash. Without it the
 // operations stay atomic (rename) but skip every fsync.
 #pragma once
@@ -79,13 +81,16 @@ class AtomicFile {
 
 // Small whole files (state json, deltas in memory): one AtomicFile holding `contents`.
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool durable = true);
+// Invalid for anything but a regular file (a FIFO is refused, never waited on).
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 
 // A whole regular file mapped into memory. Read-only mappings are private; writable ones are
 // shared, so stores reach the file (Sync() makes them durable). An empty file maps to nullptr.
 class MappedFile {
  public:
-  // NotFound when the file does not exist, Invalid when it is not a regular file.
+  // NotFound when the file does not exist, Invalid when it is not a regular file (a FIFO is
+  // refused, never waited on). A writable mapping is never opened through a symlink: it writes
+  // state files, and a link planted in their place must not carry those writes elsewhere.
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path, bool writable = false);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -104,5 +109,59 @@ class MappedFile {
   uint64_t size_ = 0;
   bool writable_ = false;
 };
+
+// A directory held open, under which every path is resolved without following any symlink and
+// without leaving it: "a/b/c" walks a, b and c beneath the root, and a symlink anywhere on the way
+// (or a "..") fails the call. Used for directories any other job can write into (the disk
+// transport's shared directory, state directories): whatever is planted there, nothing outside is
+// created, written, removed, read or sized through it, and no call blocks on a FIFO.
+// Resolution uses openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) where the kernel has it, else a
+// walk opening one component at a time with O_NOFOLLOW.
+// Paths given to the methods are relative: non-empty components, no ".", "..", or leading '/'.
+class ConfinedDir {
+ public:
+  // Opens `dir` itself (the operator chose it: a symlink naming it is followed here, once).
+  // create: makes it and its missing parents first.
+  static Result<std::unique_ptr<ConfinedDir>> Open(const std::string& dir, bool create = false);
+  ~ConfinedDir();
+  ConfinedDir(const ConfinedDir&) = delete;
+  ConfinedDir& operator=(const ConfinedDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+  // A new fd on the directory `rel` beneath the root ("" is the root itself); the caller closes
+  // it. NotFound when a component is missing; Invalid (one message for symlinks, files and every
+  // other non-directory) otherwise. create: missing components are made (0755).
+  Result<int> OpenDir(const std::string& rel, bool create = false, bool durable = false) const;
+  // A read-only fd on the regular file `rel`; NotFound when missing; Invalid, with one message
+  // that says nothing about the object (no size, no link target), for anything else: symlink,
+  // FIFO, device, socket, directory. Never blocks.
+  Result<int> OpenFile(const std::string& rel) const;
+  // Writes `rel` atomically (temporary beside it, fsync when durable, rename within the parent,
+  // fsync of the parent). A symlink at `rel` is replaced, never written through.
+  // make_parents: missing directories on the way are created.
+  Status WriteAtomic(const std::string& rel, const uint8_t* data, uint64_t len, bool durable,
+                     bool make_parents = false) const;
+  Status WriteAtomic(const std::string& rel, std::string_view contents, bool durable,
+                     bool make_parents = false) const;
+  // Reads a small regular file (see OpenFile for what is refused).
+  Result<std::string> ReadSmallFile(const std::string& rel, uint64_t max_bytes) const;
+  // Removes the entry `rel` (a symlink is removed as itself); NotFound when missing.
+  // directory: removes an empty directory instead of a file.
+  Status Remove(const std::string& rel, bool directory = false) const;
+  // Checks the path grammar above.
+  static Status ValidateRelative(const std::string& rel);
+
+ private:
+  ConfinedDir() = default;
+  std::string Describe(const std::string& rel) const;
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Tests only: false makes ConfinedDir resolve by its O_NOFOLLOW walk, as on kernels without
+// openat2; true tries openat2 again.
+void SetOpenat2ForTesting(bool enabled);
 
 }  // namespace refit::internal

@@ -1,6 +1,7 @@
 #include "format/model_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,8 +34,21 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
     layout.push_back(std::move(v));
   }
   REFIT_ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(layout, metadata));
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Model files are written in state directories: O_NOFOLLOW so a link planted there never
+  // carries the write elsewhere, O_NONBLOCK so a FIFO never blocks the open.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(Errno("create", path));
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return Status::Invalid(path + ": not a regular file");
+  }
+  // Truncated only once known to be a regular file of its own.
+  if (::ftruncate(fd, 0) != 0) {
+    Status st = Status::IoError(Errno("truncate", path));
+    ::close(fd);
+    return st;
+  }
   Status st =
       WriteAll(fd, reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size(), path);
   static const std::vector<uint8_t> zeros(1 << 20, 0);

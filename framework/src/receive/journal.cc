@@ -95,10 +95,13 @@ Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path
   std::unique_ptr<ApplyJournal> j(new ApplyJournal());
   j->path_ = path;
   j->durable_ = durable;
-  j->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW | O_NONBLOCK: a link planted in the state directory must not carry journal writes
+  // elsewhere, and a FIFO must not block the open; only a regular file is a journal.
+  j->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (j->fd_ < 0) return Status::IoError(path + ": open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(j->fd_, &st) != 0) return Status::IoError(path + ": stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return Status::Invalid(path + ": not a regular file");
   const std::string header = Header(version, base);
   bool resume = false;
   if (static_cast<uint64_t>(st.st_size) >= kHeaderBytes) {

@@ -105,25 +105,34 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
 
  private:
   int fd_;
 };
 
 struct WalkState {
+  const std::string* root;
   const std::string* prefix;
   std::vector<std::pair<std::string, uint64_t>>* out;
 };
 
-// Lists regular files under abs_dir (whose key prefix is rel_dir, "" or ending in '/').
-// Entries that vanish mid-walk (a concurrent Remove) are skipped, not errors. In the first
-// directory only names starting with name_filter are visited: the prefix's partial component.
-Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::string& name_filter,
+// Lists regular files in the directory open as dir_fd (whose key prefix is rel_dir, "" or ending
+// in '/'), then its subdirectories, each opened beneath it without following a link: a symlink
+// planted in the shared directory is neither listed nor walked into. Entries that vanish mid-walk
+// (a concurrent Remove) are skipped, not errors. In the first directory only names starting with
+// name_filter are visited: the prefix's partial component.
+Status Walk(int dir_fd, const std::string& rel_dir, const std::string& name_filter,
             const WalkState& state) {
-  DIR* d = ::opendir(abs_dir.c_str());
+  const std::string where = *state.root + "/" + rel_dir;
+  // closedir closes it; dir_fd stays ours for openat. A fresh open, not dup(): a dup would share
+  // (and move) dir_fd's offset.
+  const int listing_fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* d = listing_fd < 0 ? nullptr : ::fdopendir(listing_fd);
   if (d == nullptr) {
-    if (errno == ENOENT || errno == ENOTDIR) return Status::OK();
-    return IoFailure("list: cannot open directory", abs_dir, errno);
+    const int err = errno;
+    if (listing_fd >= 0) ::close(listing_fd);
+    return IoFailure("list: cannot open directory", where, err);
   }
   std::vector<std::string> subdirs;
   Status st;
@@ -131,7 +140,7 @@ Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::s
     errno = 0;
     struct dirent* entry = ::readdir(d);
     if (entry == nullptr) {
-      if (errno != 0) st = IoFailure("list: cannot read directory", abs_dir, errno);
+      if (errno != 0) st = IoFailure("list: cannot read directory", where, errno);
       break;
     }
     std::string name = entry->d_name;
@@ -142,7 +151,7 @@ Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::s
     struct stat sb;
     if (::fstatat(dirfd(d), entry->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;
-      st = IoFailure("list: cannot stat", abs_dir + "/" + name, errno);
+      st = IoFailure("list: cannot stat", where + name, errno);
       break;
     }
     std::string key = rel_dir + name;
@@ -156,7 +165,13 @@ Status Walk(const std::string& abs_dir, const std::string& rel_dir, const std::s
   ::closedir(d);  // before recursing: depth is bounded by the key length, fds are not
   REFIT_RETURN_NOT_OK(st);
   for (const std::string& sub : subdirs) {
-    REFIT_RETURN_NOT_OK(Walk(abs_dir + "/" + sub, rel_dir + sub + "/", "", state));
+    Fd sub_fd(::openat(dir_fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (sub_fd.get() < 0) {
+      // Removed, or swapped for a link or a file, since it was listed: not ours to walk.
+      if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) continue;
+      return IoFailure("list: cannot open directory", where + sub, errno);
+    }
+    REFIT_RETURN_NOT_OK(Walk(sub_fd.get(), rel_dir + sub + "/", "", state));
   }
   return Status::OK();
 }
@@ -203,35 +218,53 @@ Result<std::unique_ptr<DiskTransport>> DiskTransport::Open(DiskOptions options) 
   if (ec) return IoFailure("cannot resolve directory", options.dir, ec.value());
   std::string normalized = dir.string();
   while (normalized.size() > 1 && normalized.back() == '/') normalized.pop_back();
-  REFIT_RETURN_NOT_OK(internal::MakeDirs(normalized).WithContext("disk transport"));
+  // The directory itself is the operator's choice (a symlink naming it is followed, once); what
+  // lies beneath it is resolved through root without following anything.
+  Result<std::unique_ptr<internal::ConfinedDir>> root =
+      internal::ConfinedDir::Open(normalized, /*create=*/true);
+  if (!root.ok()) return root.status().WithContext("disk transport");
   options.dir = std::move(normalized);
-  return std::unique_ptr<DiskTransport>(new DiskTransport(std::move(options)));
+  return std::unique_ptr<DiskTransport>(
+      new DiskTransport(std::move(options), std::move(root).value()));
 }
 
 Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
   REFIT_RETURN_NOT_OK(ValidateKey(key));
   if (data == nullptr && len != 0) return Status::Invalid("put '" + key + "': null data");
-  internal::AtomicFileOptions options;
-  options.durable = options_.fsync;
   // The first put under a directory creates it, and so does one racing a Remove that prunes it.
-  options.make_parents = true;
-  const std::string context = "disk transport: put '" + key + "'";
-  Result<std::unique_ptr<internal::AtomicFile>> file =
-      internal::AtomicFile::Create(PathOf(key), options);
-  if (!file.ok()) return file.status().WithContext(context);
-  REFIT_RETURN_NOT_OK(file.value()->Write(data, len).WithContext(context));
-  return file.value()->Commit().WithContext(context);
+  return root_->WriteAtomic(key, data, len, options_.fsync, /*make_parents=*/true)
+      .WithContext("disk transport: put '" + key + "'");
+}
+
+// A read-only fd on the regular file holding key. NotFound when it is missing; Invalid, with a
+// message naming only the key, for anything else (a planted link, FIFO, device or directory).
+Result<int> DiskTransport::OpenObject(const std::string& key) const {
+  Result<int> fd = root_->OpenFile(key);
+  if (fd.ok()) return fd;
+  if (fd.status().code() == StatusCode::kNotFound) {
+    return Status::NotFound("disk transport: key '" + key + "' does not exist (" + PathOf(key) +
+                            ")");
+  }
+  return fd.status().WithContext("disk transport: key '" + key + "'");
 }
 
 Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
   REFIT_RETURN_NOT_OK(ValidateKey(key));
-  const std::string path = PathOf(key);
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return std::optional<uint64_t>();
-    return IoFailure("size '" + key + "': cannot stat", path, errno);
+  Result<int> fd = OpenObject(key);
+  // Only a regular file of its own is an object: anything else counts as missing, and its size
+  // (a link's target's above all) is never looked at.
+  if (!fd.ok()) {
+    if (fd.status().code() == StatusCode::kNotFound ||
+        fd.status().code() == StatusCode::kInvalidArgument) {
+      return std::optional<uint64_t>();
+    }
+    return fd.status();
   }
-  if (!S_ISREG(sb.st_mode)) return std::optional<uint64_t>();
+  Fd file(fd.value());
+  struct stat sb;
+  if (::fstat(file.get(), &sb) != 0) {
+    return IoFailure("size '" + key + "': cannot stat", PathOf(key), errno);
+  }
   return std::optional<uint64_t>(static_cast<uint64_t>(sb.st_size));
 }
 
@@ -243,20 +276,11 @@ Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf,
   }
   if (buf == nullptr && len != 0) return Status::Invalid("get '" + key + "': null buffer");
   const std::string path = PathOf(key);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      return Status::NotFound("disk transport: key '" + key + "' does not exist (" + path + ")");
-    }
-    return IoFailure("get '" + key + "': cannot open", path, errno);
-  }
-  Fd file(fd);
+  REFIT_ASSIGN_OR_RAISE(int raw_fd, OpenObject(key));
+  Fd file(raw_fd);
+  const int fd = file.get();
   struct stat sb;
   if (::fstat(fd, &sb) != 0) return IoFailure("get '" + key + "': cannot stat", path, errno);
-  if (!S_ISREG(sb.st_mode)) {
-    return Status::NotFound("disk transport: key '" + key + "' does not exist (" + path +
-                            " is not a regular file)");
-  }
   auto too_short = [&](uint64_t available) {
     return Status::Corrupt("key '" + key + "': wanted bytes [" + std::to_string(offset) + ", " +
                            std::to_string(offset + len) + ") but the object has " +
@@ -287,9 +311,19 @@ Result<std::vector<std::pair<std::string, uint64_t>>> DiskTransport::List(
   size_t last_slash = prefix.rfind('/');
   std::string rel_dir = last_slash == std::string::npos ? "" : prefix.substr(0, last_slash + 1);
   std::string partial = last_slash == std::string::npos ? prefix : prefix.substr(last_slash + 1);
-  std::string abs_dir = rel_dir.empty() ? options_.dir : PathOf(rel_dir.substr(0, last_slash));
   std::vector<std::pair<std::string, uint64_t>> out;
-  REFIT_RETURN_NOT_OK(Walk(abs_dir, rel_dir, partial, WalkState{&prefix, &out}));
+  Result<int> dir_fd =
+      root_->OpenDir(rel_dir.empty() ? std::string() : rel_dir.substr(0, last_slash));
+  if (!dir_fd.ok()) {
+    // No directory of its own (missing, a file, a planted link): nothing under that prefix.
+    if (dir_fd.status().code() == StatusCode::kNotFound ||
+        dir_fd.status().code() == StatusCode::kInvalidArgument) {
+      return out;
+    }
+    return dir_fd.status().WithContext("disk transport: list '" + prefix + "'");
+  }
+  Fd dir(dir_fd.value());
+  REFIT_RETURN_NOT_OK(Walk(dir.get(), rel_dir, partial, WalkState{&options_.dir, &prefix, &out}));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -298,18 +332,27 @@ void DiskTransport::PruneEmptyParents(const std::string& key) const {
   size_t slash = key.rfind('/');
   while (slash != std::string::npos && slash > 0) {
     // rmdir fails on a non-empty directory: that is where pruning stops.
-    if (::rmdir(PathOf(key.substr(0, slash)).c_str()) != 0) return;
+    if (!root_->Remove(key.substr(0, slash), /*directory=*/true).ok()) return;
     slash = key.rfind('/', slash - 1);
   }
 }
 
 Status DiskTransport::Remove(const std::string& key) {
   REFIT_RETURN_NOT_OK(ValidateKey(key));
-  const std::string path = PathOf(key);
-  if (::unlink(path.c_str()) != 0) {
+  const size_t slash = key.rfind('/');
+  Result<int> parent_fd =
+      root_->OpenDir(slash == std::string::npos ? std::string() : key.substr(0, slash));
+  if (!parent_fd.ok()) {
+    if (parent_fd.status().code() == StatusCode::kNotFound) return Status::OK();
+    return parent_fd.status().WithContext("disk transport: remove '" + key + "'");
+  }
+  Fd parent(parent_fd.value());
+  const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+  // unlinkat removes the entry itself: a planted link goes, its target never.
+  if (::unlinkat(parent.get(), name.c_str(), 0) != 0) {
     // A directory is "missing" as a key (see Size), so removing it is a no-op like ENOENT.
-    if (errno == ENOENT || errno == ENOTDIR || errno == EISDIR) return Status::OK();
-    return IoFailure("remove '" + key + "': cannot unlink", path, errno);
+    if (errno == ENOENT || errno == EISDIR) return Status::OK();
+    return IoFailure("remove '" + key + "': cannot unlink", PathOf(key), errno);
   }
   PruneEmptyParents(key);
   return Status::OK();

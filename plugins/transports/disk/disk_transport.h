@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_util.h"
 #include "refit/plugin_abi.h"
 #include "refit/sdk/plugin.hpp"
 #include "refit/status.h"
@@ -55,11 +56,15 @@ class DiskTransport {
   const DiskOptions& options() const { return options_; }
 
  private:
-  explicit DiskTransport(DiskOptions options) : options_(std::move(options)) {}
+  DiskTransport(DiskOptions options, std::unique_ptr<internal::ConfinedDir> root)
+      : options_(std::move(options)), root_(std::move(root)) {}
+  Result<int> OpenObject(const std::string& key) const;
   std::string PathOf(const std::string& key) const { return options_.dir + "/" + key; }
   void PruneEmptyParents(const std::string& key) const;
 
   DiskOptions options_;
+  // options_.dir held open: every key is resolved beneath it, never through a symlink.
+  std::unique_ptr<internal::ConfinedDir> root_;
 };
 
 // Checks the transport key grammar shared by every transport: relative, '/'-separated, each
