@@ -638,7 +638,7 @@ struct BenchSetup {
 Result<BenchSetup> LoadBenchSetup(const BenchCodecOptions& options) {
   BenchSetup setup;
   if (!options.config_path.empty()) {
-    REFIT_ASSIGN_OR_RAISE(Config c, Config::FromFile(options.config_path));
+    REFIT_ASSIGN_OR_RAISE(Config c, LoadConfigFile(options.config_path));
     setup.config = std::make_unique<Config>(std::move(c));
   }
   REFIT_ASSIGN_OR_RAISE(setup.registry, LoadRegistry(setup.config.get()));

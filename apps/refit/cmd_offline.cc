@@ -1,9 +1,12 @@
 // refit diff / apply / inspect / plugins, and the small formatting helpers.
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -33,6 +36,15 @@ Result<uint64_t> ParseCount(const std::string& text) {
     return Status::Invalid("count '" + text + "' must be a positive number like 100M");
   }
   return static_cast<uint64_t>(value * scale);
+}
+
+Result<Config> LoadConfigFile(const std::string& path) {
+  Result<Config> config = Config::FromFile(path);
+  if (!config.ok() && (config.status().code() == StatusCode::kNotFound ||
+                       config.status().code() == StatusCode::kIoError)) {
+    return Status::Invalid(config.status().message());
+  }
+  return config;
 }
 
 std::string HumanBytes(uint64_t bytes) {
@@ -65,14 +77,48 @@ namespace {
 
 Result<std::unique_ptr<Config>> LoadOptionalConfig(const std::string& path) {
   if (path.empty()) return std::unique_ptr<Config>();
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(path));
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(path));
   return std::make_unique<Config>(std::move(config));
+}
+
+// A directory reaches mmap as "No such device"; name the mistake instead.
+Status RequireFile(const std::string& role, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::Invalid(role + " " + path + " is a directory, not a file");
+  }
+  return Status::OK();
+}
+
+// Writing the output replaces its file atomically, so an output that is also an input would
+// silently destroy the input: refuse it, whether named by the same path or another link to it.
+Status RefuseOutputIsInput(const std::string& out, const std::string& role,
+                           const std::string& input) {
+  namespace fs = std::filesystem;
+  std::error_code out_ec, input_ec;
+  const fs::path out_path = fs::weakly_canonical(out, out_ec);
+  const fs::path input_path = fs::weakly_canonical(input, input_ec);
+  bool same = !out_ec && !input_ec && out_path == input_path;
+  struct stat a {
+  }, b{};
+  if (::stat(out.c_str(), &a) == 0 && ::stat(input.c_str(), &b) == 0) {
+    same = same || (a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+  }
+  if (same) {
+    return Status::Invalid("output " + out + " is the " + role + " " + input +
+                           "; write it to another file");
+  }
+  return Status::OK();
 }
 
 }  // namespace
 
 Status RunDiff(const std::string& base, const std::string& next, const std::string& out,
                const std::string& encoding, const std::string& config_path) {
+  REFIT_RETURN_NOT_OK(RequireFile("base", base));
+  REFIT_RETURN_NOT_OK(RequireFile("new checkpoint", next));
+  REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
+  REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "new checkpoint", next));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
   if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
@@ -90,6 +136,10 @@ Status RunDiff(const std::string& base, const std::string& next, const std::stri
 
 Status RunApply(const std::string& base, const std::string& delta, const std::string& out,
                 const std::string& config_path) {
+  REFIT_RETURN_NOT_OK(RequireFile("base", base));
+  REFIT_RETURN_NOT_OK(RequireFile("delta", delta));
+  REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
+  REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "delta", delta));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
   if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
@@ -100,6 +150,7 @@ Status RunApply(const std::string& base, const std::string& delta, const std::st
 }
 
 Status RunInspect(const std::string& path, bool records) {
+  REFIT_RETURN_NOT_OK(RequireFile("file", path));
   // JSON control objects (manifest, commit) are printed as they are after validation.
   std::ifstream probe(path, std::ios::binary);
   if (!probe) return Status::NotFound(path + ": cannot open");

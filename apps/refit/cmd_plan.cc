@@ -106,7 +106,7 @@ Result<std::vector<PlanScenario>> LoadPlan(const Config& config) {
 }
 
 Status RunPlan(const std::string& config_path) {
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(config_path));
   REFIT_ASSIGN_OR_RAISE(std::vector<PlanScenario> plan, LoadPlan(config));
   // verdicts[path][level]
   std::map<std::string, std::map<std::string, std::set<std::string>>> verdicts;

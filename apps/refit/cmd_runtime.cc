@@ -13,7 +13,9 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "common/file_util.h"
@@ -59,7 +61,7 @@ uint64_t PeakResidentBytes() {
 }  // namespace
 
 Status RunSend(const SendOptions& o) {
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
   std::string weights_path = o.weights;
   if (weights_path.empty()) {
     REFIT_ASSIGN_OR_RAISE(weights_path, config.GetString("sender.weights", ""));
@@ -97,6 +99,14 @@ Status RunSend(const SendOptions& o) {
       s.payloads, s.total_seconds);
   if (o.wait) {
     REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
+    REFIT_ASSIGN_OR_RAISE(std::vector<std::string> receivers,
+                          config.GetStringList("sender.receivers", {}));
+    // The wait can last minutes with nothing printed; say once what the process is waiting for.
+    std::string names;
+    for (const std::string& r : receivers) names += (names.empty() ? "" : ", ") + r;
+    std::fprintf(stderr, "refit: waiting for acks of version %" PRIu64 " from %s (timeout %g s)\n",
+                 s.version, names.empty() ? "no receivers" : names.c_str(), timeout);
+    std::fflush(stderr);
     REFIT_RETURN_NOT_OK(sender->WaitAndAdvance(timeout));
     std::printf("version %" PRIu64 " acknowledged by %zu receivers; baseline advanced\n",
                 sender->baseline_version(), sender->acks().size());
@@ -107,7 +117,7 @@ Status RunSend(const SendOptions& o) {
 }
 
 Status RunRecv(const RecvOptions& o) {
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(o.config_path));
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
   REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
   const double start = Now();
@@ -142,6 +152,13 @@ Status RunRecv(const RecvOptions& o) {
       if (!o.quiet) PrintApplied(*r.value());
       if (o.until_version != 0 && receiver->version() >= o.until_version) return Status::OK();
       continue;  // there may be more pending versions: poll again at once
+    } else if (o.until_version != 0 && receiver->version() >= o.until_version) {
+      // Already there (nothing pending): following would wait for a version never needed.
+      if (!o.quiet) {
+        std::printf("at version %" PRIu64 " (%s)\n", receiver->version(),
+                    receiver->model_path().c_str());
+      }
+      return Status::OK();
     } else if (!o.follow) {
       if (!o.quiet) {
         std::printf("up to date at version %" PRIu64 " (%s)\n", receiver->version(),
@@ -150,9 +167,14 @@ Status RunRecv(const RecvOptions& o) {
       return Status::OK();
     }
     if (o.timeout_s > 0 && Now() - start > o.timeout_s) {
-      return Status::Timeout("no version " + std::to_string(o.until_version) + " within " +
-                             std::to_string(o.timeout_s) + " s (at version " +
-                             std::to_string(receiver->version()) + ")");
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%g", o.timeout_s);
+      const std::string awaited = o.until_version != 0
+                                      ? "version " + std::to_string(o.until_version)
+                                      : std::string("a new version");
+      return Status::Timeout("gave up after " + std::string(seconds) + " s waiting for " + awaited +
+                             " (the receiver is at version " + std::to_string(receiver->version()) +
+                             ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
   }
@@ -292,7 +314,7 @@ Status RunDemo(const DemoOptions& o) {
 
   const std::string config_path = dir + "/demo.toml";
   REFIT_RETURN_NOT_OK(WriteText(config_path, DemoConfig(dir, o.encoding)));
-  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromFile(config_path));
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(config_path));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config));
 
   std::printf("refit demo: building a synthetic model of ~%s parameters (bf16)...\n",
@@ -357,10 +379,17 @@ void RegisterSendRecv(CLI::App& app, Commands& commands) {
   auto recv = std::make_shared<RecvOptions>();
   auto* recv_cmd = app.add_subcommand("recv", "Apply pending versions into the receiver's model");
   recv_cmd->add_option("--config", recv->config_path, "TOML config")->required();
-  recv_cmd->add_flag("--follow", recv->follow, "keep polling for new versions");
-  recv_cmd->add_option("--until-version", recv->until_version,
-                       "with --follow: exit once this version is applied");
-  recv_cmd->add_option("--timeout", recv->timeout_s, "with --follow: give up after SECONDS");
+  auto* follow = recv_cmd->add_flag("--follow", recv->follow, "keep polling for new versions");
+  // Without --follow recv returns after one poll, so these would be silently ignored.
+  recv_cmd
+      ->add_option("--until-version", recv->until_version,
+                   "with --follow: exit once this version is applied (or already is)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(follow);
+  recv_cmd
+      ->add_option("--timeout", recv->timeout_s, "with --follow: give up after SECONDS (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(follow);
   recv_cmd->add_flag("--quiet", recv->quiet, "print nothing on success");
   commands.push_back({recv_cmd, [recv] { return RunRecv(*recv); }});
 }

@@ -350,6 +350,18 @@ Status WriteRank(const ShardRun& run, const SafetensorsFile& file,
   return Status::OK();
 }
 
+// The outermost directory of `dir` that does not exist yet ("" when `dir` exists).
+std::string FirstMissingDir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path missing;
+  for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing = p;
+    if (p == p.parent_path()) break;
+  }
+  return missing.string();
+}
+
 }  // namespace
 
 Status RunShard(const ShardOptions& options) {
@@ -357,7 +369,7 @@ Status RunShard(const ShardOptions& options) {
                         SafetensorsFile::Open(options.input));
   Config config;
   if (!options.config_path.empty()) {
-    REFIT_ASSIGN_OR_RAISE(config, Config::FromFile(options.config_path));
+    REFIT_ASSIGN_OR_RAISE(config, LoadConfigFile(options.config_path));
   }
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(&config));
   REFIT_ASSIGN_OR_RAISE(const ComponentInfo* info, FindLayout(*registry, options.layout));
@@ -367,10 +379,20 @@ Status RunShard(const ShardOptions& options) {
 
   std::vector<TensorSpec> canonical;
   for (const TensorView& t : file->tensors()) canonical.push_back({t.name, t.dtype, t.shape});
+  // A failed run removes the directories it created, so a retry does not find a half-written (or
+  // empty) output that looks like a result.
+  const std::string created = FirstMissingDir(options.out_dir);
   REFIT_RETURN_NOT_OK(internal::MakeDirs(options.out_dir));
   const ShardRun run{options, *registry, config, section, grid};
-  REFIT_RETURN_NOT_OK(CheckEveryTensorHeld(run, canonical));
-  for (int64_t r = 0; r < grid.world; ++r) REFIT_RETURN_NOT_OK(WriteRank(run, *file, canonical, r));
+  Status written = CheckEveryTensorHeld(run, canonical);
+  for (int64_t r = 0; r < grid.world && written.ok(); ++r) {
+    written = WriteRank(run, *file, canonical, r);
+  }
+  if (!written.ok()) {
+    std::error_code ec;
+    if (!created.empty()) std::filesystem::remove_all(created, ec);
+    return written;
+  }
   std::printf("%s: %" PRId64 " shards (layout %s) in %s\n", options.input.c_str(), grid.world,
               options.layout.c_str(), options.out_dir.c_str());
   return Status::OK();
@@ -383,10 +405,14 @@ void RegisterShard(CLI::App& app, Commands& commands) {
   cmd->add_option("HF", shard->input, "HuggingFace checkpoint (.safetensors)")->required();
   cmd->add_option("--layout", shard->layout, "megatron, fsdp or vllm (docs/layouts.md)")
       ->required();
-  cmd->add_option("--tp", shard->tp, "tensor-parallel size (default: config, else 1)");
-  cmd->add_option("--pp", shard->pp, "pipeline-parallel size (megatron)");
-  cmd->add_option("--ep", shard->ep, "expert-parallel size (megatron MoE)");
-  cmd->add_option("--world", shard->world, "number of ranks (fsdp)");
+  // 0 stands for "not given" in ShardOptions, so a 0 the user typed must be refused here.
+  cmd->add_option("--tp", shard->tp, "tensor-parallel size (default: config, else 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", shard->pp, "pipeline-parallel size (megatron)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", shard->ep, "expert-parallel size (megatron MoE)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--world", shard->world, "number of ranks (fsdp)")->check(CLI::PositiveNumber);
   cmd->add_option("--num-heads", shard->num_heads, "attention heads, when not inferable");
   cmd->add_option("--num-kv-heads", shard->num_kv_heads, "key/value heads (default: inferred)");
   cmd->add_option("--head-dim", shard->head_dim, "rows per head (default: inferred)");

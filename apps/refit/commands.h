@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "refit/config.h"
 #include "refit/status.h"
 
 namespace CLI {
@@ -96,6 +97,8 @@ Status RunBenchCodec(const BenchCodecOptions& options);
 
 // "100M", "1.5G", "350k", "123" -> count.
 Result<uint64_t> ParseCount(const std::string& text);
+// Config::FromFile for a --config flag: a file that is missing or unreadable is a usage error.
+Result<Config> LoadConfigFile(const std::string& path);
 // 1234567 -> "1.23 MB"
 std::string HumanBytes(uint64_t bytes);
 std::string HumanCount(uint64_t n);

@@ -1,5 +1,6 @@
 // `refit`: the command line (README.md "The command line"). Exit 0 on success; on any error one
-// line "refit: error: ..." on stderr and a non-zero exit.
+// line "refit: error: ..." on stderr and exit 2 when the command line or the config is wrong
+// (scripts retrying a failed sync must not retry those), 1 for a failure while running.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
@@ -8,6 +9,14 @@
 #include "commands.h"
 
 namespace {
+
+// The first argument that is not a flag: the command the user meant to run.
+const char* FirstCommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] != '-') return argv[i];
+  }
+  return nullptr;
+}
 
 int Report(const refit::Status& st) {
   if (st.ok()) return 0;
@@ -42,6 +51,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // CLI11 reports an unknown command as "A subcommand is required", which hides the typo.
+    const char* word = FirstCommandWord(argc, argv);
+    bool known = false;
+    for (const Command& command : commands) {
+      if (word != nullptr && command.app->check_name(word)) known = true;
+    }
+    if (word != nullptr && !known) {
+      std::fprintf(stderr, "refit: error: unknown command '%s' (see refit --help)\n", word);
+      return 2;
+    }
     std::fprintf(stderr, "refit: error: %s (see refit --help)\n", e.what());
     return 2;
   }

@@ -210,10 +210,57 @@ TEST(ShardCli, ErrorsAreOneLineNamingTheCause) {
     EXPECT_NE(r.exit_code, 0) << c.message;
     EXPECT_EQ(LineCount(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    // A failed run leaves no output directory behind (not even an empty one).
+    EXPECT_FALSE(std::filesystem::exists(dir / "out")) << c.message;
   }
   auto help = RunRefit({"shard", "--help"}, dir.path());
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("tp{t}_pp{p}[_ep{e}].safetensors"), std::string::npos) << help.out;
+}
+
+// A parallel size of 0 (or less) is a usage error, never read as "not given" and replaced by 1.
+TEST(ShardCli, SizesBelowOneAreRefused) {
+  TempDir dir;
+  ModelDesc m;
+  std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
+  ASSERT_TRUE(WriteSafetensors(dir / "hf.safetensors", Views(canonical)).ok());
+  for (const char* flag : {"--tp", "--pp", "--ep", "--world"}) {
+    for (const char* value : {"0", "-1"}) {
+      auto r = RunRefit({"shard", dir / "hf.safetensors", "--layout", "megatron", "--num-heads",
+                         "4", flag, value, "-o", dir / "out"},
+                        dir.path());
+      EXPECT_EQ(r.exit_code, 2) << flag << " " << value << ": " << r.err;
+      EXPECT_EQ(LineCount(r.err), 1) << r.err;
+      EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+      EXPECT_FALSE(std::filesystem::exists(dir / "out")) << flag;
+    }
+  }
+}
+
+// A failure after the output directory was made removes the directories the run created, and
+// leaves a directory that existed before in place.
+TEST(ShardCli, FailedRunRemovesTheDirectoriesItCreated) {
+  TempDir dir;
+  ModelDesc m;
+  std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
+  canonical.push_back({"model.layers.0.mlp.shared_expert_gate.weight",
+                       DType::kF32,
+                       {1, 16},
+                       std::vector<uint8_t>(64, 1)});
+  ASSERT_TRUE(WriteSafetensors(dir / "extra.safetensors", Views(canonical)).ok());
+  auto r = RunRefit({"shard", dir / "extra.safetensors", "--layout", "megatron", "--num-heads", "4",
+                     "-o", dir / "a/b/out"},
+                    dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "a")) << r.err;
+
+  std::filesystem::create_directory(dir / "kept");
+  r = RunRefit({"shard", dir / "extra.safetensors", "--layout", "megatron", "--num-heads", "4",
+                "-o", dir / "kept/out"},
+               dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(dir / "kept"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "kept/out"));
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ TEST(ConfigTest, GetterTypeErrorsNameFileLineAndKey) {
   EXPECT_FALSE(config.GetSize("name", 0).ok());  // "demo" is not a size
   Result<std::string> required = config.RequireString("sender.dir");
   ASSERT_FALSE(required.ok());
-  EXPECT_EQ(required.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(required.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(required.status().message().find("test.toml"), std::string::npos);
   EXPECT_NE(required.status().message().find("'sender.dir'"), std::string::npos);
 }

@@ -618,7 +618,8 @@ Result<std::vector<std::string>> Config::GetStringList(const std::string& key,
 
 Result<std::string> Config::RequireString(const std::string& key) const {
   if (Find(key) == nullptr) {
-    return Status::NotFound(label_ + ": missing required key '" + Printable(key) + "'");
+    // A config error like a bad value (the CLI's exit code 2), not a missing file or object.
+    return Status::Invalid(label_ + ": missing required key '" + Printable(key) + "'");
   }
   return GetString(key, "");
 }

@@ -73,6 +73,63 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
   return specs;
 }
 
+namespace {
+
+// A number below `min` would not fail later but misbehave (a poll interval of 0 busy-loops, a
+// negative timeout never waits), so it is refused where the file says it.
+Status RequireAtLeast(const Config& config, const std::string& key, int64_t min, const char* why) {
+  if (!config.Has(key)) return Status::OK();
+  REFIT_ASSIGN_OR_RAISE(double value, config.GetDouble(key, 0));
+  if (value >= static_cast<double>(min)) return Status::OK();
+  return Status::Invalid(config.Where(key) + ": '" + key + "' must be at least " +
+                         std::to_string(min) + " (" + why + ")");
+}
+
+// An encoding's own error names its key ('level'); prefix the file:line of that key.
+std::string WhereNamed(const Config& config, const std::string& section,
+                       const std::string& message) {
+  const std::vector<std::string> keys = config.KeysUnder(section);
+  std::string where = keys.empty() ? section : config.Where(keys.front());
+  for (const std::string& key : keys) {
+    if (message.find("'" + key.substr(section.size() + 1) + "'") != std::string::npos) {
+      where = config.Where(key);
+      break;
+    }
+  }
+  return where + ": [" + section + "] " + message;
+}
+
+Status ValidateRanges(const Config& config) {
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.poll_interval_ms", 1, "milliseconds"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "receiver.poll_interval_ms", 1, "milliseconds"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.ack_timeout_s", 0, "seconds"));
+  REFIT_RETURN_NOT_OK(
+      RequireAtLeast(config, "sender.threads", 0, "0: hardware concurrency, 1: inline"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
+  // A payload smaller than this is all header and round trips.
+  constexpr uint64_t kMinBucketBytes = 4096;
+  REFIT_ASSIGN_OR_RAISE(uint64_t bucket, config.GetSize("sender.bucket_bytes", 64ull << 20));
+  if (bucket < kMinBucketBytes) {
+    return Status::Invalid(config.Where("sender.bucket_bytes") +
+                           ": 'sender.bucket_bytes' must be at least 4KiB, not " +
+                           std::to_string(bucket) + " bytes");
+  }
+  // Left unset, chunk_bytes shrinks to the bucket; set, it must fit in one.
+  REFIT_ASSIGN_OR_RAISE(uint64_t chunk, config.GetSize("sender.chunk_bytes", 16ull << 20));
+  if (config.Has("sender.chunk_bytes") && chunk > bucket) {
+    return Status::Invalid(config.Where("sender.chunk_bytes") + ": 'sender.chunk_bytes' (" +
+                           std::to_string(chunk) + " bytes) must not exceed sender.bucket_bytes (" +
+                           std::to_string(bucket) + " bytes)");
+  }
+  if (config.Has("sender.chunk_bytes") && chunk == 0) {
+    return Status::Invalid(config.Where("sender.chunk_bytes") +
+                           ": 'sender.chunk_bytes' must be at least 1 byte");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ValidateConfig(const Config& config, const Registry& registry) {
   // Framework sections first, then the plugin sections [kind.name].
   const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
@@ -128,8 +185,16 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
         plugin_specs.push_back(std::move(spec));
       }
       REFIT_RETURN_NOT_OK(config.Validate(plugin_specs, section));
+      if (k.kind == REFIT_KIND_ENCODING) {
+        // Values of the right type may still be out of the encoding's range (a zstd level);
+        // the receiver never builds the sender's encoder, so build it here for both sides.
+        internal::EncodingCache cache(registry, &config);
+        Status built = cache.Get(name).status();
+        if (!built.ok()) return Status::Invalid(WhereNamed(config, section, built.message()));
+      }
     }
   }
+  REFIT_RETURN_NOT_OK(ValidateRanges(config));
   REFIT_RETURN_NOT_OK(internal::FaultOptionsFromConfig(config).status());
   REFIT_ASSIGN_OR_RAISE(std::string encoding,
                         config.GetString("sender.encoding", internal::kAutoEncoding));
