@@ -1,7 +1,7 @@
 // Fuzzes the safetensors reader: any input is either rejected with a one-line error naming the
 // buffer, or yields views that tile the data buffer exactly and survive a write/read round trip
-// (in memory, through Open() on an in-memory file, and through the atomic writer on tmpfs).
-#include <sys/mman.h>
+// (in memory, through Open() on a temp file, and through the atomic writer).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,9 +41,16 @@ void CheckSame(const SafetensorsFile& a, const SafetensorsFile& b) {
   }
 }
 
-std::unique_ptr<SafetensorsFile> OpenThroughMemfd(const uint8_t* data, size_t size, bool writable,
-                                                  bool expect_ok) {
-  const int fd = memfd_create("fuzz_safetensors", MFD_CLOEXEC);
+// Opens the input as a real file: a regular file under the temp dir, since the writable mapping
+// refuses a path that is a symbolic link (as /proc/self/fd/N of a memfd is).
+std::unique_ptr<SafetensorsFile> OpenThroughFile(const uint8_t* data, size_t size, bool writable,
+                                                 bool expect_ok) {
+  static const std::string path = [] {
+    const char* dir = std::getenv("TMPDIR");
+    return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/fuzz_safetensors." +
+           std::to_string(::getpid());
+  }();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return nullptr;
   size_t written = 0;
   while (written < size) {
@@ -51,9 +58,9 @@ std::unique_ptr<SafetensorsFile> OpenThroughMemfd(const uint8_t* data, size_t si
     if (n <= 0) break;
     written += static_cast<size_t>(n);
   }
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  ::close(fd);
   auto opened = SafetensorsFile::Open(path, writable);
-  ::close(fd);  // the mapping outlives the descriptor
+  ::unlink(path.c_str());  // the mapping outlives the name
   if (written != size) return nullptr;
   FUZZ_CHECK(opened.ok() == expect_ok, "Open and FromBuffer disagree: %s",
              opened.status().ToString().c_str());
@@ -70,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string label = "fuzz.safetensors";
   auto parsed = SafetensorsFile::FromBuffer(data, size, label);
   const bool writable = size > 0 && (data[size - 1] & 1) != 0;
-  std::unique_ptr<SafetensorsFile> mapped = OpenThroughMemfd(data, size, writable, parsed.ok());
+  std::unique_ptr<SafetensorsFile> mapped = OpenThroughFile(data, size, writable, parsed.ok());
   if (!parsed.ok()) {
     CheckError(parsed.status(), label);
     return 0;
