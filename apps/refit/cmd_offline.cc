@@ -81,6 +81,20 @@ Result<std::unique_ptr<Config>> LoadOptionalConfig(const std::string& path) {
   return std::make_unique<Config>(std::move(config));
 }
 
+// The optional --config, the registry it selects, and the config checked against that registry.
+struct ValidatedConfig {
+  std::unique_ptr<Config> config;  // null without --config
+  std::shared_ptr<Registry> registry;
+};
+
+Result<ValidatedConfig> LoadValidatedConfig(const std::string& config_path) {
+  ValidatedConfig setup;
+  REFIT_ASSIGN_OR_RAISE(setup.config, LoadOptionalConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(setup.registry, LoadRegistry(setup.config.get()));
+  if (setup.config) REFIT_RETURN_NOT_OK(ValidateConfig(*setup.config, *setup.registry));
+  return setup;
+}
+
 // A directory reaches mmap as "No such device"; name the mistake instead.
 Status RequireFile(const std::string& role, const std::string& path) {
   struct stat st {};
@@ -119,10 +133,9 @@ Status RunDiff(const std::string& base, const std::string& next, const std::stri
   REFIT_RETURN_NOT_OK(RequireFile("new checkpoint", next));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "new checkpoint", next));
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
-  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
-  if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
-  REFIT_ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *registry, config.get()));
+  REFIT_ASSIGN_OR_RAISE(ValidatedConfig setup, LoadValidatedConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(DiffStats s,
+                        DiffFiles(base, next, out, encoding, *setup.registry, setup.config.get()));
   const DeltaCounters& c = s.counters;
   std::printf("%s: %" PRIu64
               " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
@@ -140,10 +153,9 @@ Status RunApply(const std::string& base, const std::string& delta, const std::st
   REFIT_RETURN_NOT_OK(RequireFile("delta", delta));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "delta", delta));
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Config> config, LoadOptionalConfig(config_path));
-  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(config.get()));
-  if (config) REFIT_RETURN_NOT_OK(ValidateConfig(*config, *registry));
-  REFIT_ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *registry, config.get()));
+  REFIT_ASSIGN_OR_RAISE(ValidatedConfig setup, LoadValidatedConfig(config_path));
+  REFIT_ASSIGN_OR_RAISE(ApplyStats s,
+                        ApplyFile(base, delta, out, *setup.registry, setup.config.get()));
   std::printf("%s: applied %" PRIu64 " records (%s changed elements), digests verified\n",
               out.c_str(), s.counters.records, HumanCount(s.counters.changed_elements).c_str());
   return Status::OK();
