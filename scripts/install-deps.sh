@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libtoml11-dev libcli11-dev libxxhash-dev libdlpack-dev
-  libzstd-dev liblz4-dev libboost-dev
+  libzstd-dev liblz4-dev libboost-dev libssl-dev
   clang llvm libclang-rt-14-dev
 )
 

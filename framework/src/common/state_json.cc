@@ -44,4 +44,13 @@ Status ReadStateField(const nlohmann::json& state, const std::string& path, cons
   return Status::OK();
 }
 
+Status ReadStateField(const nlohmann::json& state, const std::string& path, const char* key,
+                      std::string* out) {
+  auto it = state.find(key);
+  if (it == state.end()) return Status::OK();
+  if (!it->is_string()) return WrongType(*it, path, key, "a string");
+  *out = it->get<std::string>();
+  return Status::OK();
+}
+
 }  // namespace refit::internal

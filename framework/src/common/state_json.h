@@ -20,5 +20,7 @@ Status ReadStateField(const nlohmann::json& state, const std::string& path, cons
                       uint64_t* out);
 Status ReadStateField(const nlohmann::json& state, const std::string& path, const char* key,
                       bool* out);
+Status ReadStateField(const nlohmann::json& state, const std::string& path, const char* key,
+                      std::string* out);
 
 }  // namespace refit::internal

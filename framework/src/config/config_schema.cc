@@ -56,6 +56,14 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "for storage that may rot after a verified put)"},
       {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
       {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
+      {"receiver.max_model_bytes", REFIT_CFG_SIZE, "0",
+       "largest model a full sync may declare (0: no bound but the free space of state_dir)"},
+      {"receiver.max_apply_failures", REFIT_CFG_INT, "3",
+       "a version that fails to apply the same way this many times is abandoned: the receiver "
+       "asks for a full sync"},
+      {"auth.key_file", REFIT_CFG_STRING, "\"\"",
+       "file holding the key (>= 16 bytes) that signs versions (HMAC-SHA256); unset: the "
+       "environment variable REFIT_AUTH_KEY, else unsigned versions"},
       {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},
       {"layout.name", REFIT_CFG_STRING, "\"hf\"",
        "layout plugin of this process's weights (sender: its shards; receiver: its shards)"},
@@ -106,6 +114,8 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "sender.threads", 0, "0: hardware concurrency, 1: inline"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
+  REFIT_RETURN_NOT_OK(
+      RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));
   // A payload smaller than this is all header and round trips.
   constexpr uint64_t kMinBucketBytes = 4096;
   REFIT_ASSIGN_OR_RAISE(uint64_t bucket, config.GetSize("sender.bucket_bytes", 64ull << 20));
@@ -133,11 +143,11 @@ Status ValidateRanges(const Config& config) {
 Status ValidateConfig(const Config& config, const Registry& registry) {
   // Framework sections first, then the plugin sections [kind.name].
   const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
-  for (const char* section : {"sender", "receiver", "plugins", "faults"}) {
+  for (const char* section : {"sender", "receiver", "plugins", "faults", "auth"}) {
     REFIT_RETURN_NOT_OK(config.Validate(specs, section));
   }
-  const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
-                                             "layout", "encoding", "faults"};
+  const std::set<std::string> known_roots = {"sender",   "receiver", "plugins", "transport",
+                                             "layout",   "encoding", "faults",  "auth"};
   for (const auto& [key, value] : config.values()) {
     std::string root = key.substr(0, key.find('.'));
     if (known_roots.count(root) == 0) {

@@ -72,6 +72,7 @@ constexpr size_t kMaxNameBytes = 4096;
 // Transport keys a manifest or commit points at: relative, no empty/"."/".." components.
 constexpr size_t kMaxKeyBytes = 1024;
 constexpr uint64_t kMaxWorld = 1u << 20;
+constexpr size_t kSha256HexChars = 64;  // a SHA-256 or HMAC-SHA256 in hex
 
 bool HasControlChar(const std::string& text) {
   for (unsigned char c : text) {
@@ -160,8 +161,23 @@ Result<std::optional<uint64_t>> OptionalVersion(const json& obj, const char* key
 }
 
 json PayloadRefJson(const PayloadRef& p) {
-  return json{
-      {"key", p.key}, {"bytes", p.bytes}, {"xxh3", HexDigest(p.xxh3)}, {"records", p.records}};
+  json j{{"key", p.key}, {"bytes", p.bytes}, {"xxh3", HexDigest(p.xxh3)}, {"records", p.records}};
+  if (!p.sha256.empty()) j["sha256"] = p.sha256;
+  return j;
+}
+
+// An optional lowercase-hex field of `chars` characters (a SHA-256 or an HMAC-SHA256).
+Result<std::string> OptionalHexField(const json& obj, const char* key, size_t chars) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return std::string();
+  if (!it->is_string()) return Status::Corrupt(std::string("field '") + key + "' has the wrong type");
+  const std::string& hex = it->get_ref<const std::string&>();
+  if (hex.size() != chars ||
+      hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return Status::Corrupt(std::string("field '") + key + "' is not " + std::to_string(chars) +
+                           " lowercase hex digits");
+  }
+  return hex;
 }
 
 Result<PayloadRef> PayloadRefFrom(const json& j) {
@@ -176,6 +192,7 @@ Result<PayloadRef> PayloadRefFrom(const json& j) {
     if (!r->is_number_unsigned()) return Status::Corrupt("field 'records' has the wrong type");
     p.records = r->get<uint64_t>();
   }
+  REFIT_ASSIGN_OR_RAISE(p.sha256, OptionalHexField(j, "sha256", kSha256HexChars));
   return p;
 }
 
@@ -515,6 +532,7 @@ std::string SerializeManifest(const Manifest& m) {
             {"model_bytes", m.model_bytes},
             {"changed_bytes", m.changed_bytes},
             {"payload_bytes", m.payload_bytes}};
+  if (!m.mac.empty()) j["mac"] = m.mac;
   return j.dump(1);
 }
 
@@ -564,6 +582,9 @@ Result<Manifest> ParseManifest(const uint8_t* data, uint64_t size, const std::st
     auto f = j.find(key);
     if (f != j.end() && f->is_number_unsigned()) *dst = f->get<uint64_t>();
   }
+  auto mac = OptionalHexField(j, "mac", kSha256HexChars);
+  if (!mac.ok()) return fail(mac.status());
+  m.mac = mac.value();
   return m;
 }
 
@@ -576,6 +597,8 @@ std::string SerializeCommit(const Commit& c) {
             {"full", c.full},
             {"world", c.world},
             {"manifests", manifests}};
+  if (!c.prev.empty()) j["prev"] = c.prev;
+  if (!c.mac.empty()) j["mac"] = c.mac;
   return j.dump(1);
 }
 
@@ -610,6 +633,11 @@ Result<Commit> ParseCommit(const uint8_t* data, uint64_t size, const std::string
   if (c.manifests.size() != static_cast<size_t>(c.world)) {
     return Status::Corrupt(label + ": " + std::to_string(c.manifests.size()) +
                            " manifests for world " + std::to_string(c.world));
+  }
+  for (auto [key, dst] : {std::pair<const char*, std::string*>{"prev", &c.prev}, {"mac", &c.mac}}) {
+    auto hex = OptionalHexField(j, key, kSha256HexChars);
+    if (!hex.ok()) return fail(hex.status());
+    *dst = hex.value();
   }
   return c;
 }

@@ -97,6 +97,9 @@ struct PayloadRef {
   uint64_t bytes = 0;
   uint64_t xxh3 = 0;
   uint64_t records = 0;
+  // SHA-256 (hex) of the object, set when versions are signed ([auth]): xxh3 catches corruption,
+  // not a forged object made to collide with it.
+  std::string sha256;
 };
 
 struct Manifest {
@@ -113,6 +116,7 @@ struct Manifest {
   uint64_t model_bytes = 0;
   uint64_t changed_bytes = 0;
   uint64_t payload_bytes = 0;
+  std::string mac;  // HMAC-SHA256 (hex) of the manifest serialized without it; empty: unsigned
 };
 
 struct Commit {
@@ -121,6 +125,11 @@ struct Commit {
   bool full = false;
   int world = 1;
   std::vector<PayloadRef> manifests;  // key + xxh3 of each rank's manifest
+  // The version chain: SHA-256 (hex) of the previous version's COMMIT bytes as published; empty
+  // only for a sender's first version. A receiver takes a version only when it extends the
+  // chain it holds (docs/reliability.md, "Trust boundary").
+  std::string prev;
+  std::string mac;  // HMAC-SHA256 (hex) of the commit serialized without it; empty: unsigned
 };
 
 std::string SerializeManifest(const Manifest& m);

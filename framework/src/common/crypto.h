@@ -1,0 +1,19 @@
+// SHA-256 and HMAC-SHA256 (OpenSSL's libcrypto), for the version chain and signed versions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace refit::internal {
+
+// Lowercase hex of SHA-256(data).
+std::string Sha256Hex(const uint8_t* data, uint64_t size);
+inline std::string Sha256Hex(const std::string& text) {
+  return Sha256Hex(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
+// Lowercase hex of HMAC-SHA256(key, text).
+std::string HmacSha256Hex(const std::string& key, const std::string& text);
+// Compares two strings in time that depends only on their lengths (MAC checks).
+bool ConstantTimeEqual(const std::string& a, const std::string& b);
+
+}  // namespace refit::internal
