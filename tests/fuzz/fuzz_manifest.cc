@@ -30,7 +30,7 @@ bool SameRefs(const std::vector<refit::PayloadRef>& a, const std::vector<refit::
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].key != b[i].key || a[i].bytes != b[i].bytes || a[i].xxh3 != b[i].xxh3 ||
-        a[i].records != b[i].records) {
+        a[i].records != b[i].records || a[i].sha256 != b[i].sha256) {
       return false;
     }
   }
@@ -60,8 +60,10 @@ void CheckManifest(const uint8_t* data, size_t size) {
                  again->total_elements == m->total_elements &&
                  again->changed_elements == m->changed_elements &&
                  again->model_bytes == m->model_bytes && again->changed_bytes == m->changed_bytes &&
-                 again->payload_bytes == m->payload_bytes,
+                 again->payload_bytes == m->payload_bytes && again->mac == m->mac,
              "manifest round trip differs");
+  // A MAC is checked over the serialization of what was parsed: it must be a fixed point.
+  FUZZ_CHECK(refit::SerializeManifest(*again) == text, "manifest serialization not canonical");
   for (const refit::PayloadRef& p : m->payloads) {
     // Accepted keys live under the manifest's own version directory.
     FUZZ_CHECK(refit::VersionOfKey(p.key) == m->version, "payload key '%s' outside v%llu",
@@ -78,8 +80,10 @@ void CheckCommit(const uint8_t* data, size_t size) {
   FUZZ_CHECK(again.ok(), "re-parse failed: %s", again.status().ToString().c_str());
   FUZZ_CHECK(again->version == c->version && again->base_version == c->base_version &&
                  again->full == c->full && again->world == c->world &&
-                 SameRefs(again->manifests, c->manifests),
+                 SameRefs(again->manifests, c->manifests) && again->prev == c->prev &&
+                 again->mac == c->mac,
              "commit round trip differs");
+  FUZZ_CHECK(refit::SerializeCommit(*again) == text, "commit serialization not canonical");
   for (const refit::PayloadRef& p : c->manifests) {
     FUZZ_CHECK(refit::VersionOfKey(p.key) == c->version, "manifest key '%s' outside v%llu",
                p.key.c_str(), static_cast<unsigned long long>(c->version));
