@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "common/box.h"
 #include "common/file_util.h"
+#include "common/progress.h"
 #include "format/safetensors.h"
 #include "layout/hf_names.h"
 #include "refit/config.h"
@@ -174,7 +175,7 @@ refit_local_tensor_t ToLocal(const TensorSpec& t) {
 // Writes one rank's file atomically: a reader never sees half a shard.
 Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
                   const std::vector<TensorSpec>& locals, const Metadata& metadata,
-                  const std::string& path) {
+                  const std::string& path, internal::ProgressMeter& progress) {
   std::vector<TensorView> views;
   for (const TensorSpec& t : locals) views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr});
   REFIT_ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
@@ -194,6 +195,7 @@ Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
         FillLocal(canonical, t, slices, &bits).WithContext("layout '" + layout.name() + "'"));
     REFIT_RETURN_NOT_OK(out->Write(bits.data(), bits.size()));
     written += bits.size();
+    progress.Add(bits.size());
   }
   return out->Commit();
 }
@@ -286,6 +288,7 @@ struct ShardRun {
   const Config& config;
   const std::string& section;
   const ShardGrid& grid;
+  internal::ProgressMeter& progress;  // bytes of every rank's files
 
   Result<std::unique_ptr<Layout>> MakeLayout(int64_t rank) const {
     return registry.CreateLayout(options.layout, static_cast<int>(rank),
@@ -295,9 +298,12 @@ struct ShardRun {
 
 // A dry run over every rank before any file is written: a canonical tensor no rank holds would
 // make shards that can never reproduce the checkpoint. (Layouts are re-created and re-mapped when
-// writing rather than kept: mapping is cheap, and all ranks' slices can be large.)
-Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& canonical) {
+// writing rather than kept: mapping is cheap, and all ranks' slices can be large.) Returns the
+// bytes of tensors all the files will hold.
+Result<uint64_t> CheckEveryTensorHeld(const ShardRun& run,
+                                      const std::vector<TensorSpec>& canonical) {
   std::set<std::string> held;
+  uint64_t bytes = 0;
   for (int64_t r = 0; r < run.grid.world; ++r) {
     REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout, run.MakeLayout(r));
     Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
@@ -305,6 +311,8 @@ Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& 
     for (const TensorSpec& t : locals.value()) {
       REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
       for (const SliceMap& s : slices) held.insert(s.canonical_name);
+      REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+      bytes += n * SizeOf(t.dtype);
     }
   }
   for (const TensorSpec& t : canonical) {
@@ -314,7 +322,7 @@ Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& 
                              "' is held by no rank of layout '" + run.options.layout + "'");
     }
   }
-  return Status::OK();
+  return bytes;
 }
 
 // Writes rank r's file (named and labeled after its place in the grid) and prints a line for it.
@@ -339,12 +347,13 @@ Status WriteRank(const ShardRun& run, const SafetensorsFile& file,
     metadata["refit.ep_rank"] = std::to_string(e);
   }
   const std::string path = (fs::path(run.options.out_dir) / (name + ".safetensors")).string();
-  REFIT_RETURN_NOT_OK(WriteShard(file, *layout, locals.value(), metadata, path));
+  REFIT_RETURN_NOT_OK(WriteShard(file, *layout, locals.value(), metadata, path, run.progress));
   uint64_t bytes = 0;
   for (const TensorSpec& t : locals.value()) {
     REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
     bytes += n * SizeOf(t.dtype);
   }
+  run.progress.Erase();  // the line below goes to the same terminal
   std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),
               HumanBytes(bytes).c_str());
   return Status::OK();
@@ -383,11 +392,15 @@ Status RunShard(const ShardOptions& options) {
   // empty) output that looks like a result.
   const std::string created = FirstMissingDir(options.out_dir);
   REFIT_RETURN_NOT_OK(internal::MakeDirs(options.out_dir));
-  const ShardRun run{options, *registry, config, section, grid};
-  Status written = CheckEveryTensorHeld(run, canonical);
+  internal::ProgressMeter progress("shard");
+  const ShardRun run{options, *registry, config, section, grid, progress};
+  Result<uint64_t> total = CheckEveryTensorHeld(run, canonical);
+  Status written = total.status();
+  if (written.ok()) progress.Update(0, total.value());
   for (int64_t r = 0; r < grid.world && written.ok(); ++r) {
     written = WriteRank(run, *file, canonical, r);
   }
+  progress.Finish();
   if (!written.ok()) {
     std::error_code ec;
     if (!created.empty()) std::filesystem::remove_all(created, ec);
