@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -85,7 +86,8 @@ Result<std::map<std::string, int64_t>> InferModel(const SafetensorsFile& file,
   if (heads > 0 && head_dim == 0 && q_rows > 0) {
     if (q_rows % heads != 0) {
       return Status::Invalid(file.path() + ": q_proj has " + std::to_string(q_rows) +
-                             " rows, not a multiple of --num-heads " + std::to_string(heads));
+                             " rows, not a multiple of num_heads " + std::to_string(heads) +
+                             " (--num-heads or config.json)");
     }
     head_dim = q_rows / heads;
   }
@@ -252,6 +254,61 @@ Result<ShardGrid> ResolveGrid(const ComponentInfo& info, const ShardOptions& opt
   return grid;
 }
 
+// A positive integer under `key` of a HuggingFace config.json (0: absent or null).
+Result<int64_t> HfConfigInt(const nlohmann::json& j, const char* key, const std::string& path) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+    std::string got = it->dump();
+    if (got.size() > 40) got = got.substr(0, 40) + "...";
+    return Status::Invalid(path + ": " + key + " must be a positive integer, not " + got);
+  }
+  return it->get<int64_t>();
+}
+
+// The HuggingFace config.json beside the checkpoint; an empty object when there is none.
+Result<nlohmann::json> ReadHfConfig(const std::string& input, std::string* path) {
+  *path = (fs::path(input).parent_path() / "config.json").string();
+  Result<std::string> text = internal::ReadSmallFile(*path, 16 << 20);
+  if (text.status().code() == StatusCode::kNotFound) return nlohmann::json::object();
+  REFIT_RETURN_NOT_OK(text.status());
+  nlohmann::json j = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Invalid(*path + ": not valid JSON");
+  if (!j.is_object()) return Status::Invalid(*path + ": not a JSON object (a HuggingFace config)");
+  return j;
+}
+
+// The options with the attention shape resolved: a flag, else the TOML config, else the
+// config.json beside the checkpoint (num_attention_heads, num_key_value_heads, head_dim); shapes
+// alone cannot tell heads from head_dim, nor so grouped-query kv heads. A flag that contradicts
+// the TOML config is an error.
+Result<ShardOptions> ResolveHeads(const ShardOptions& options, const Config& config,
+                                  const std::string& section) {
+  std::string path;
+  REFIT_ASSIGN_OR_RAISE(nlohmann::json hf, ReadHfConfig(options.input, &path));
+  ShardOptions out = options;
+  const struct {
+    const char* flag;
+    const char* key;
+    const char* hf_key;
+    int64_t* value;
+  } keys[] = {{"--num-heads", "num_heads", "num_attention_heads", &out.num_heads},
+              {"--num-kv-heads", "num_kv_heads", "num_key_value_heads", &out.num_kv_heads},
+              {"--head-dim", "head_dim", "head_dim", &out.head_dim}};
+  for (const auto& k : keys) {
+    const std::string full = section + "." + k.key;
+    REFIT_ASSIGN_OR_RAISE(int64_t from_config, config.GetInt(full, 0));
+    REFIT_ASSIGN_OR_RAISE(int64_t from_hf, HfConfigInt(hf, k.hf_key, path));
+    if (*k.value > 0 && from_config > 0 && *k.value != from_config) {
+      return Status::Invalid(std::string(k.flag) + " " + std::to_string(*k.value) +
+                             " contradicts " + full + " = " + std::to_string(from_config) + " (" +
+                             config.Where(full) + ")");
+    }
+    if (*k.value == 0) *k.value = from_config > 0 ? from_config : from_hf;
+  }
+  return out;
+}
+
 // The model description: what the config leaves unset is read off the checkpoint.
 Status DescribeModel(const SafetensorsFile& file, const ComponentInfo& info,
                      const ShardOptions& options, const std::string& section, Config* config) {
@@ -271,7 +328,8 @@ Status DescribeModel(const SafetensorsFile& file, const ComponentInfo& info,
   if (Declares(info, "num_heads") && !config->Has(section + ".num_heads")) {
     return Status::Invalid(options.input +
                            ": cannot infer num_heads from the shapes (q_proj rows = "
-                           "num_heads * head_dim): pass --num-heads (and --num-kv-heads for "
+                           "num_heads * head_dim) and no config.json beside it gives "
+                           "num_attention_heads: pass --num-heads (and --num-kv-heads for "
                            "grouped-query attention) or set " +
                            section + ".num_heads");
   }
@@ -384,7 +442,8 @@ Status RunShard(const ShardOptions& options) {
   REFIT_ASSIGN_OR_RAISE(const ComponentInfo* info, FindLayout(*registry, options.layout));
   const std::string section = "layout." + options.layout;
   REFIT_ASSIGN_OR_RAISE(ShardGrid grid, ResolveGrid(*info, options, section, &config));
-  REFIT_RETURN_NOT_OK(DescribeModel(*file, *info, options, section, &config));
+  REFIT_ASSIGN_OR_RAISE(ShardOptions described, ResolveHeads(options, config, section));
+  REFIT_RETURN_NOT_OK(DescribeModel(*file, *info, described, section, &config));
 
   std::vector<TensorSpec> canonical;
   for (const TensorView& t : file->tensors()) canonical.push_back({t.name, t.dtype, t.shape});
@@ -435,8 +494,9 @@ void RegisterShard(CLI::App& app, Commands& commands) {
   cmd->footer(
       "Files: tp{t}_pp{p}[_ep{e}].safetensors (rank = pp*tp*ep + ep*tp + tp), fsdp: "
       "rank{r}.safetensors.\nThe model description (num_layers, hidden, ffn, vocab, experts, "
-      "heads) is read off the checkpoint;\nnum_heads needs --num-heads unless a q_norm gives "
-      "head_dim.");
+      "heads) is read off the checkpoint;\nheads, kv heads and head_dim from the config.json "
+      "beside it when present (flags and --config win);\nelse num_heads needs --num-heads unless "
+      "a q_norm gives head_dim.");
   commands.push_back({cmd, [shard] { return RunShard(*shard); }});
 }
 
