@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "commands.h"
+#include "common/progress.h"
 #include "format/safetensors.h"
 #include "format/wire.h"
 #include "refit/delta.h"
@@ -664,15 +665,22 @@ Result<json> MeasureWorkload(const Workload& w, const BenchSetup& setup, int rep
   jw["references"] = ReportReferences(w, a);
   json encs = json::array();
   std::vector<std::vector<uint8_t>> work;
+  // Progress in bytes of the model measured (each encoding at each thread count covers it once).
+  internal::ProgressMeter progress("bench " + w.name,
+                                   w.model_bytes() * setup.encodings.size() * setup.threads.size());
+  progress.Add(0);
   for (const std::string& e : setup.encodings) {
     for (unsigned t : setup.threads) {
       REFIT_ASSIGN_OR_RAISE(EncodingResult r,
                             MeasureEncoding(w, e, t, t == setup.threads.front(), reps,
                                             *setup.registry, setup.config.get(), work));
+      progress.Erase();  // the table row goes to the same terminal
       encs.push_back(ReportEncoding(w, a, r, bands[t]));
       std::fflush(stdout);
+      progress.Add(w.model_bytes());
     }
   }
+  progress.Finish();
   jw["encodings"] = encs;
   return jw;
 }

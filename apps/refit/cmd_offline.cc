@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "common/progress.h"
 #include "format/safetensors.h"
 #include "format/wire.h"
 #include "refit/refit.h"
@@ -134,8 +135,10 @@ Status RunDiff(const std::string& base, const std::string& next, const std::stri
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "new checkpoint", next));
   REFIT_ASSIGN_OR_RAISE(ValidatedConfig setup, LoadValidatedConfig(config_path));
-  REFIT_ASSIGN_OR_RAISE(DiffStats s,
-                        DiffFiles(base, next, out, encoding, *setup.registry, setup.config.get()));
+  internal::ProgressMeter progress("diff");
+  REFIT_ASSIGN_OR_RAISE(DiffStats s, DiffFiles(base, next, out, encoding, *setup.registry,
+                                               setup.config.get(), progress.Callback()));
+  progress.Finish();
   const DeltaCounters& c = s.counters;
   std::printf("%s: %" PRIu64
               " tensors, %s of %s elements changed (%.3f%%), delta %s (%.4fx dense), "
@@ -154,8 +157,10 @@ Status RunApply(const std::string& base, const std::string& delta, const std::st
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "base", base));
   REFIT_RETURN_NOT_OK(RefuseOutputIsInput(out, "delta", delta));
   REFIT_ASSIGN_OR_RAISE(ValidatedConfig setup, LoadValidatedConfig(config_path));
-  REFIT_ASSIGN_OR_RAISE(ApplyStats s,
-                        ApplyFile(base, delta, out, *setup.registry, setup.config.get()));
+  internal::ProgressMeter progress("apply");
+  REFIT_ASSIGN_OR_RAISE(ApplyStats s, ApplyFile(base, delta, out, *setup.registry,
+                                                setup.config.get(), progress.Callback()));
+  progress.Finish();
   std::printf("%s: applied %" PRIu64 " records (%s changed elements), digests verified\n",
               out.c_str(), s.counters.records, HumanCount(s.counters.changed_elements).c_str());
   return Status::OK();

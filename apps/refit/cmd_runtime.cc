@@ -19,6 +19,7 @@
 
 #include "commands.h"
 #include "common/file_util.h"
+#include "common/progress.h"
 #include "format/safetensors.h"
 #include "refit/refit.h"
 #include "synthetic/synthetic.h"
@@ -73,7 +74,10 @@ Status RunSend(const SendOptions& o) {
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
                         SafetensorsFile::Open(weights_path));
+  internal::ProgressMeter progress("send");
+  sender->SetProgress(progress.Callback());
   REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
+  progress.Finish();
   // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
   if (s.adopted_commit) {
     std::printf("recovered: version %" PRIu64 " was committed by an earlier attempt; adopted\n",

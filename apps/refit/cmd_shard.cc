@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "commands.h"
 #include "common/box.h"
 #include "common/file_util.h"
+#include "common/progress.h"
 #include "format/safetensors.h"
 #include "layout/hf_names.h"
 #include "refit/config.h"
@@ -84,7 +86,8 @@ Result<std::map<std::string, int64_t>> InferModel(const SafetensorsFile& file,
   if (heads > 0 && head_dim == 0 && q_rows > 0) {
     if (q_rows % heads != 0) {
       return Status::Invalid(file.path() + ": q_proj has " + std::to_string(q_rows) +
-                             " rows, not a multiple of --num-heads " + std::to_string(heads));
+                             " rows, not a multiple of num_heads " + std::to_string(heads) +
+                             " (--num-heads or config.json)");
     }
     head_dim = q_rows / heads;
   }
@@ -174,7 +177,7 @@ refit_local_tensor_t ToLocal(const TensorSpec& t) {
 // Writes one rank's file atomically: a reader never sees half a shard.
 Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
                   const std::vector<TensorSpec>& locals, const Metadata& metadata,
-                  const std::string& path) {
+                  const std::string& path, internal::ProgressMeter& progress) {
   std::vector<TensorView> views;
   for (const TensorSpec& t : locals) views.push_back(TensorView{t.name, t.dtype, t.shape, nullptr});
   REFIT_ASSIGN_OR_RAISE(SafetensorsLayout plan, PlanSafetensors(views, metadata));
@@ -194,6 +197,7 @@ Status WriteShard(const SafetensorsFile& canonical, const Layout& layout,
         FillLocal(canonical, t, slices, &bits).WithContext("layout '" + layout.name() + "'"));
     REFIT_RETURN_NOT_OK(out->Write(bits.data(), bits.size()));
     written += bits.size();
+    progress.Add(bits.size());
   }
   return out->Commit();
 }
@@ -250,6 +254,61 @@ Result<ShardGrid> ResolveGrid(const ComponentInfo& info, const ShardOptions& opt
   return grid;
 }
 
+// A positive integer under `key` of a HuggingFace config.json (0: absent or null).
+Result<int64_t> HfConfigInt(const nlohmann::json& j, const char* key, const std::string& path) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+    std::string got = it->dump();
+    if (got.size() > 40) got = got.substr(0, 40) + "...";
+    return Status::Invalid(path + ": " + key + " must be a positive integer, not " + got);
+  }
+  return it->get<int64_t>();
+}
+
+// The HuggingFace config.json beside the checkpoint; an empty object when there is none.
+Result<nlohmann::json> ReadHfConfig(const std::string& input, std::string* path) {
+  *path = (fs::path(input).parent_path() / "config.json").string();
+  Result<std::string> text = internal::ReadSmallFile(*path, 16 << 20);
+  if (text.status().code() == StatusCode::kNotFound) return nlohmann::json::object();
+  REFIT_RETURN_NOT_OK(text.status());
+  nlohmann::json j = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Invalid(*path + ": not valid JSON");
+  if (!j.is_object()) return Status::Invalid(*path + ": not a JSON object (a HuggingFace config)");
+  return j;
+}
+
+// The options with the attention shape resolved: a flag, else the TOML config, else the
+// config.json beside the checkpoint (num_attention_heads, num_key_value_heads, head_dim); shapes
+// alone cannot tell heads from head_dim, nor so grouped-query kv heads. A flag that contradicts
+// the TOML config is an error.
+Result<ShardOptions> ResolveHeads(const ShardOptions& options, const Config& config,
+                                  const std::string& section) {
+  std::string path;
+  REFIT_ASSIGN_OR_RAISE(nlohmann::json hf, ReadHfConfig(options.input, &path));
+  ShardOptions out = options;
+  const struct {
+    const char* flag;
+    const char* key;
+    const char* hf_key;
+    int64_t* value;
+  } keys[] = {{"--num-heads", "num_heads", "num_attention_heads", &out.num_heads},
+              {"--num-kv-heads", "num_kv_heads", "num_key_value_heads", &out.num_kv_heads},
+              {"--head-dim", "head_dim", "head_dim", &out.head_dim}};
+  for (const auto& k : keys) {
+    const std::string full = section + "." + k.key;
+    REFIT_ASSIGN_OR_RAISE(int64_t from_config, config.GetInt(full, 0));
+    REFIT_ASSIGN_OR_RAISE(int64_t from_hf, HfConfigInt(hf, k.hf_key, path));
+    if (*k.value > 0 && from_config > 0 && *k.value != from_config) {
+      return Status::Invalid(std::string(k.flag) + " " + std::to_string(*k.value) +
+                             " contradicts " + full + " = " + std::to_string(from_config) + " (" +
+                             config.Where(full) + ")");
+    }
+    if (*k.value == 0) *k.value = from_config > 0 ? from_config : from_hf;
+  }
+  return out;
+}
+
 // The model description: what the config leaves unset is read off the checkpoint.
 Status DescribeModel(const SafetensorsFile& file, const ComponentInfo& info,
                      const ShardOptions& options, const std::string& section, Config* config) {
@@ -269,7 +328,8 @@ Status DescribeModel(const SafetensorsFile& file, const ComponentInfo& info,
   if (Declares(info, "num_heads") && !config->Has(section + ".num_heads")) {
     return Status::Invalid(options.input +
                            ": cannot infer num_heads from the shapes (q_proj rows = "
-                           "num_heads * head_dim): pass --num-heads (and --num-kv-heads for "
+                           "num_heads * head_dim) and no config.json beside it gives "
+                           "num_attention_heads: pass --num-heads (and --num-kv-heads for "
                            "grouped-query attention) or set " +
                            section + ".num_heads");
   }
@@ -286,6 +346,7 @@ struct ShardRun {
   const Config& config;
   const std::string& section;
   const ShardGrid& grid;
+  internal::ProgressMeter& progress;  // bytes of every rank's files
 
   Result<std::unique_ptr<Layout>> MakeLayout(int64_t rank) const {
     return registry.CreateLayout(options.layout, static_cast<int>(rank),
@@ -295,9 +356,12 @@ struct ShardRun {
 
 // A dry run over every rank before any file is written: a canonical tensor no rank holds would
 // make shards that can never reproduce the checkpoint. (Layouts are re-created and re-mapped when
-// writing rather than kept: mapping is cheap, and all ranks' slices can be large.)
-Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& canonical) {
+// writing rather than kept: mapping is cheap, and all ranks' slices can be large.) Returns the
+// bytes of tensors all the files will hold.
+Result<uint64_t> CheckEveryTensorHeld(const ShardRun& run,
+                                      const std::vector<TensorSpec>& canonical) {
   std::set<std::string> held;
+  uint64_t bytes = 0;
   for (int64_t r = 0; r < run.grid.world; ++r) {
     REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Layout> layout, run.MakeLayout(r));
     Result<std::vector<TensorSpec>> locals = layout->ListLocal(canonical);
@@ -305,6 +369,8 @@ Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& 
     for (const TensorSpec& t : locals.value()) {
       REFIT_ASSIGN_OR_RAISE(std::vector<SliceMap> slices, layout->MapTensor(ToLocal(t)));
       for (const SliceMap& s : slices) held.insert(s.canonical_name);
+      REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+      bytes += n * SizeOf(t.dtype);
     }
   }
   for (const TensorSpec& t : canonical) {
@@ -314,7 +380,7 @@ Status CheckEveryTensorHeld(const ShardRun& run, const std::vector<TensorSpec>& 
                              "' is held by no rank of layout '" + run.options.layout + "'");
     }
   }
-  return Status::OK();
+  return bytes;
 }
 
 // Writes rank r's file (named and labeled after its place in the grid) and prints a line for it.
@@ -339,12 +405,13 @@ Status WriteRank(const ShardRun& run, const SafetensorsFile& file,
     metadata["refit.ep_rank"] = std::to_string(e);
   }
   const std::string path = (fs::path(run.options.out_dir) / (name + ".safetensors")).string();
-  REFIT_RETURN_NOT_OK(WriteShard(file, *layout, locals.value(), metadata, path));
+  REFIT_RETURN_NOT_OK(WriteShard(file, *layout, locals.value(), metadata, path, run.progress));
   uint64_t bytes = 0;
   for (const TensorSpec& t : locals.value()) {
     REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
     bytes += n * SizeOf(t.dtype);
   }
+  run.progress.Erase();  // the line below goes to the same terminal
   std::printf("%s: rank %d, %zu tensors, %s\n", path.c_str(), rank, locals.value().size(),
               HumanBytes(bytes).c_str());
   return Status::OK();
@@ -375,7 +442,8 @@ Status RunShard(const ShardOptions& options) {
   REFIT_ASSIGN_OR_RAISE(const ComponentInfo* info, FindLayout(*registry, options.layout));
   const std::string section = "layout." + options.layout;
   REFIT_ASSIGN_OR_RAISE(ShardGrid grid, ResolveGrid(*info, options, section, &config));
-  REFIT_RETURN_NOT_OK(DescribeModel(*file, *info, options, section, &config));
+  REFIT_ASSIGN_OR_RAISE(ShardOptions described, ResolveHeads(options, config, section));
+  REFIT_RETURN_NOT_OK(DescribeModel(*file, *info, described, section, &config));
 
   std::vector<TensorSpec> canonical;
   for (const TensorView& t : file->tensors()) canonical.push_back({t.name, t.dtype, t.shape});
@@ -383,11 +451,15 @@ Status RunShard(const ShardOptions& options) {
   // empty) output that looks like a result.
   const std::string created = FirstMissingDir(options.out_dir);
   REFIT_RETURN_NOT_OK(internal::MakeDirs(options.out_dir));
-  const ShardRun run{options, *registry, config, section, grid};
-  Status written = CheckEveryTensorHeld(run, canonical);
+  internal::ProgressMeter progress("shard");
+  const ShardRun run{options, *registry, config, section, grid, progress};
+  Result<uint64_t> total = CheckEveryTensorHeld(run, canonical);
+  Status written = total.status();
+  if (written.ok()) progress.Update(0, total.value());
   for (int64_t r = 0; r < grid.world && written.ok(); ++r) {
     written = WriteRank(run, *file, canonical, r);
   }
+  progress.Finish();
   if (!written.ok()) {
     std::error_code ec;
     if (!created.empty()) std::filesystem::remove_all(created, ec);
@@ -422,8 +494,9 @@ void RegisterShard(CLI::App& app, Commands& commands) {
   cmd->footer(
       "Files: tp{t}_pp{p}[_ep{e}].safetensors (rank = pp*tp*ep + ep*tp + tp), fsdp: "
       "rank{r}.safetensors.\nThe model description (num_layers, hidden, ffn, vocab, experts, "
-      "heads) is read off the checkpoint;\nnum_heads needs --num-heads unless a q_norm gives "
-      "head_dim.");
+      "heads) is read off the checkpoint;\nheads, kv heads and head_dim from the config.json "
+      "beside it when present (flags and --config win);\nelse num_heads needs --num-heads unless "
+      "a q_norm gives head_dim.");
   commands.push_back({cmd, [shard] { return RunShard(*shard); }});
 }
 

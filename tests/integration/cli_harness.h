@@ -40,13 +40,20 @@ inline void WriteAll(const std::string& path, const std::string& bytes) {
 // A process running `refit args...` with stdout/stderr captured to files.
 class RefitProcess {
  public:
-  // env: extra "NAME=value" entries for the child (e.g. REFIT_KILL_AT crash points).
+  // env: extra "NAME=value" entries for the child (e.g. REFIT_KILL_AT crash points); a bare
+  // "NAME" removes NAME from the child's environment.
   RefitProcess(const std::vector<std::string>& args, const std::string& capture_prefix,
                const std::vector<std::string>& env = {})
       : out_path_(capture_prefix + ".out"), err_path_(capture_prefix + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
-      for (const std::string& e : env) ::putenv(::strdup(e.c_str()));
+      for (const std::string& e : env) {
+        if (e.find('=') == std::string::npos) {
+          ::unsetenv(e.c_str());
+        } else {
+          ::putenv(::strdup(e.c_str()));
+        }
+      }
       int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(out, 1);
@@ -101,9 +108,10 @@ class RefitProcess {
   std::string err_path_;
 };
 
-inline CommandResult RunRefit(const std::vector<std::string>& args, const std::string& dir) {
+inline CommandResult RunRefit(const std::vector<std::string>& args, const std::string& dir,
+                              const std::vector<std::string>& env = {}) {
   static int counter = 0;
-  RefitProcess p(args, dir + "/cmd" + std::to_string(counter++));
+  RefitProcess p(args, dir + "/cmd" + std::to_string(counter++), env);
   return p.Wait();
 }
 

@@ -173,6 +173,78 @@ TEST(ShardCli, ModelDescriptionFromAConfigFile) {
   EXPECT_NE(r.err.find("--tp 2 contradicts layout.megatron.tp = 4"), std::string::npos) << r.err;
 }
 
+// A grouped-query model: its shapes alone give neither the heads nor the kv heads (q_proj rows are
+// num_heads * head_dim), so without flags the HuggingFace config.json beside it says.
+TEST(ShardCli, HeadsFromTheHuggingFaceConfigJson) {
+  TempDir dir;
+  ModelDesc m;
+  m.heads = 8;
+  m.kv_heads = 2;
+  std::vector<CanonicalTensor> canonical = MakeCheckpoint(m);
+  ASSERT_TRUE(WriteSafetensors(dir / "hf.safetensors", Views(canonical)).ok());
+  std::shared_ptr<Registry> registry = TestRegistry();
+  ASSERT_NE(registry, nullptr);
+  const std::vector<RankShards> want = ShardAll(
+      *registry, "megatron", 2, LayoutConfig("megatron", m.Toml() + "tp = 2\n"), canonical);
+  const std::vector<std::string> files = {"tp0_pp0.safetensors", "tp1_pp0.safetensors"};
+  auto shard = [&](const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "shard", dir / "hf.safetensors", "--layout", "megatron", "--tp", "2", "-o", dir / out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunRefit(args, dir.path());
+  };
+  WriteAll(dir / "config.json",
+           R"({"model_type": "llama", "num_attention_heads": 8, "num_key_value_heads": 2,
+               "hidden_size": 16, "head_dim": null})");
+  auto r = shard("out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectShardFiles(dir / "out", files, want);
+
+  // A flag beats config.json (num_heads here); config.json's head_dim then gives the kv heads.
+  WriteAll(dir / "config.json", R"({"head_dim": 4, "num_attention_heads": 4})");
+  r = shard("out2", {"--num-heads", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectShardFiles(dir / "out2", files, want);
+  // So does the TOML config.
+  WriteAll(dir / "model.toml", "[layout.megatron]\nnum_heads = 8\nnum_kv_heads = 2\n");
+  WriteAll(dir / "config.json", R"({"num_attention_heads": 16, "num_key_value_heads": 16})");
+  r = shard("out3", {"--config", dir / "model.toml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectShardFiles(dir / "out3", files, want);
+  // A flag and the TOML config must agree (as for tp/pp/ep).
+  r = shard("out4", {"--config", dir / "model.toml", "--num-heads", "4"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--num-heads 4 contradicts layout.megatron.num_heads = 8"),
+            std::string::npos)
+      << r.err;
+
+  // A config.json that cannot be read: one line naming the file (and the key).
+  const std::string path = dir / "config.json";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"num_attention_heads": "8"})",
+       path + ": num_attention_heads must be a positive integer"},
+      {R"({"num_key_value_heads": 2.5})",
+       path + ": num_key_value_heads must be a positive integer"},
+      {R"({"head_dim": -4})", path + ": head_dim must be a positive integer"},
+      {R"({"num_attention_heads": 8,)", path + ": not valid JSON"},
+      {"[8, 2]", path + ": not a JSON object"},
+  };
+  for (const auto& [text, message] : bad) {
+    WriteAll(path, text);
+    r = shard("bad");
+    EXPECT_NE(r.exit_code, 0) << text;
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "bad")) << text;
+  }
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  r = shard("bad");
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(path + ": is a directory"), std::string::npos) << r.err;
+}
+
 TEST(ShardCli, ErrorsAreOneLineNamingTheCause) {
   TempDir dir;
   ModelDesc m;

@@ -240,6 +240,18 @@ TEST_F(FileUtilTest, ReadSmallFileRefusesAFifoWithoutBlocking) {
   EXPECT_EQ(MappedFile::Open(fifo.string()).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(FileUtilTest, ADirectoryWhereAFileIsExpectedSaysSoInOneLine) {
+  const std::string dir = (dir_ / "checkpoint").string();
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  const Status statuses[] = {MappedFile::Open(dir).status(),
+                             MappedFile::Open(dir, /*writable=*/true).status(),
+                             ReadSmallFile(dir, 100).status()};
+  for (const Status& st : statuses) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.message(), dir + ": is a directory");
+  }
+}
+
 TEST_F(FileUtilTest, AWritableMappingIsNeverOpenedThroughALink) {
   ASSERT_TRUE(WriteFileAtomic((dir_ / "target").string(), "abcd").ok());
   fs::create_symlink(dir_ / "target", dir_ / "model");

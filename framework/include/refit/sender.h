@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,10 @@ struct SyncStats {
   bool republished = false;
   uint64_t advance_resumed_entries = 0;
 };
+// Progress of long work: bytes done of the total so far. Called on the caller's thread, from inside
+// the call that does the work; it must not call back into the object reporting.
+using ProgressFn = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
+
 class REFIT_API Sender {
  public:
   // Reads [sender], [transport], [encoding.*], [layout]; state lives in sender.state_dir.
@@ -65,6 +70,10 @@ class REFIT_API Sender {
   // encodes, sends, writes the manifest and the commit marker. The first version, a version after
   // a receiver asked for one, or every full_every-th is a full (dense) sync.
   Result<SyncStats> Publish(const std::vector<TensorView>& weights);
+
+  // Called by Publish as the rank's slices are handed to the diff/encode pass (bytes of the local
+  // weights; total: all of this rank's slices). Empty: no reports.
+  void SetProgress(ProgressFn fn);
 
   // Blocks until every receiver acknowledged the published version (or answered "need full"),
   // then advances the baseline to it. No-op when the baseline is already current.

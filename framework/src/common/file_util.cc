@@ -264,6 +264,18 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents, bool 
   return file->Commit();
 }
 
+namespace {
+
+// What an operator named where a file is expected, said in one line: a directory is the common
+// mistake (a checkpoint folder instead of its .safetensors file), and mmap would report it as
+// "No such device".
+Status NotARegularFile(const std::string& path, const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return Status::Invalid(path + ": is a directory");
+  return Status::Invalid(path + ": not a regular file");
+}
+
+}  // namespace
+
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   // O_NONBLOCK: a FIFO in place of the file must not wait for a writer forever.
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -272,9 +284,14 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
     return Status::IoError(Errno("open", path));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = std::strerror(errno);
     ::close(fd);
-    return Status::Invalid(path + ": not a regular file");
+    return Status::IoError(path + ": cannot stat: " + err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotARegularFile(path, st);
   }
   std::string out;
   char buf[65536];
@@ -302,6 +319,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
       ::open(path.c_str(), (writable ? O_RDWR | O_NOFOLLOW : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
+    if (errno == EISDIR) return Status::Invalid(path + ": is a directory");  // opened for writing
     if (errno == ELOOP && writable) {
       return Status::Invalid(path + ": a symbolic link; not opened for writing");
     }
@@ -315,7 +333,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::Invalid(path + ": not a regular file");
+    return NotARegularFile(path, st);
   }
   std::unique_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;

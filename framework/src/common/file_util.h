@@ -81,7 +81,8 @@ class AtomicFile {
 
 // Small whole files (state json, deltas in memory): one AtomicFile holding `contents`.
 Status WriteFileAtomic(const std::string& path, std::string_view contents, bool durable = true);
-// Invalid for anything but a regular file (a FIFO is refused, never waited on).
+// Invalid for anything but a regular file (a FIFO is refused, never waited on; a directory is
+// "<path>: is a directory").
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 
 // A whole regular file mapped into memory. Read-only mappings are private; writable ones are
@@ -89,8 +90,9 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 class MappedFile {
  public:
   // NotFound when the file does not exist, Invalid when it is not a regular file (a FIFO is
-  // refused, never waited on). A writable mapping is never opened through a symlink: it writes
-  // state files, and a link planted in their place must not carry those writes elsewhere.
+  // refused, never waited on; a directory is "<path>: is a directory"). A writable mapping is never
+  // opened through a symlink: it writes state files, and a link planted in their place must not
+  // carry those writes elsewhere.
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path, bool writable = false);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

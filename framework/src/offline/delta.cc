@@ -17,7 +17,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
                                               const std::vector<TensorView>& next,
                                               const DeltaOptions& options, Metadata metadata,
                                               const Registry& registry, const Config* config,
-                                              DeltaEncodeStats* stats) {
+                                              DeltaEncodeStats* stats, const ProgressFn& progress) {
   std::map<std::string, const TensorView*> base_by_name;
   for (const TensorView& t : base) base_by_name[t.name] = &t;
   EncodingCache encodings(registry, config);
@@ -35,6 +35,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
   uint64_t model_bytes = 0;
   for (const TensorView& t : next) model_bytes += t.nbytes();
   writer.ReserveOutput(std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
+  uint64_t done = 0;
   for (const TensorView& t : next) {
     auto it = base_by_name.find(t.name);
     const bool same =
@@ -49,6 +50,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
     src.new_bits = t.bytes();
     src.old_bits = same ? it->second->bytes() : nullptr;
     REFIT_RETURN_NOT_OK(writer.Add(src));
+    if (progress) progress(done += t.nbytes(), model_bytes);
   }
   REFIT_RETURN_NOT_OK(writer.Finish());
   if (out.empty()) {

@@ -41,9 +41,34 @@ uint64_t ModelDigest(const std::vector<TensorView>& tensors) {
   return stream.Final();
 }
 
+namespace {
+
+// The bytes of a delta's encoded records: what apply's progress counts.
+uint64_t RecordBytes(const Payload& delta) {
+  uint64_t bytes = 0;
+  for (const RecordHeader& r : delta.records()) bytes += r.data_end - r.data_begin;
+  return bytes;
+}
+
+// `resolve`, reporting to `progress` (when set) the bytes of the records before each one resolved:
+// records are resolved one at a time, in order, just before each is applied.
+internal::TensorResolver ReportingResolver(internal::TensorResolver resolve, const Payload& delta,
+                                           const ProgressFn& progress) {
+  if (!progress) return resolve;
+  return [resolve = std::move(resolve), progress, total = RecordBytes(delta),
+          done = uint64_t{0}](const RecordHeader& record) mutable {
+    progress(done, total);
+    done += record.data_end - record.data_begin;
+    return resolve(record);
+  };
+}
+
+}  // namespace
+
 Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new_path,
                             const std::string& out_path, const std::string& encoding,
-                            const Registry& registry, const Config* config) {
+                            const Registry& registry, const Config* config,
+                            const ProgressFn& progress) {
   if (encoding != internal::kAutoEncoding &&
       registry.Find(REFIT_KIND_ENCODING, encoding) == nullptr) {
     std::string known = internal::kAutoEncoding;
@@ -63,7 +88,7 @@ Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new
   DeltaEncodeStats encoded;
   REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> delta,
                         internal::EncodeTensorSets(base->tensors(), next->tensors(), options, md,
-                                                   registry, config, &encoded));
+                                                   registry, config, &encoded, progress));
   REFIT_RETURN_NOT_OK(internal::WriteFileAtomic(
       out_path, std::string_view(reinterpret_cast<const char*>(delta.data()), delta.size())));
   DiffStats stats;
@@ -75,7 +100,7 @@ Result<DiffStats> DiffFiles(const std::string& base_path, const std::string& new
 
 Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& delta_path,
                              const std::string& out_path, const Registry& registry,
-                             const Config* config) {
+                             const Config* config, const ProgressFn& progress) {
   Stopwatch total;
   // The delta is parsed in place, never copied.
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::MappedFile> delta_file,
@@ -114,8 +139,11 @@ Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& de
       for (TensorView& t : tensors) by_name[t.name] = &t;
       internal::EncodingCache encodings(registry, config);
       std::vector<uint8_t> scratch;
-      st = internal::ApplyPayload(delta, encodings, internal::CanonicalResolver(by_name),
-                                  UINT64_MAX, scratch, &stats);
+      st = internal::ApplyPayload(
+          delta, encodings,
+          ReportingResolver(internal::CanonicalResolver(by_name), delta, progress), UINT64_MAX,
+          scratch, &stats);
+      if (st.ok() && progress) progress(RecordBytes(delta), RecordBytes(delta));
       if (st.ok() && ModelDigest(out.value()->tensors()) != new_digest) {
         st = Status::Corrupt(delta_path +
                              ": result does not match the digest of the new checkpoint");

@@ -109,6 +109,8 @@ struct Sender::Impl {
   internal::ShardCuts cuts;
   std::optional<std::set<std::string>> cuts_for;
 
+  ProgressFn progress;  // SetProgress: reported from DiffSlices
+
   uint64_t baseline_version = 0;
   uint64_t published_version = 0;
   bool published_full = false;
@@ -517,6 +519,16 @@ struct Sender::Impl {
     for (const TensorView& t : weights) new_by_name[t.name] = &t;
     REFIT_ASSIGN_OR_RAISE(const internal::ShardCuts* cuts, Cuts(slices, new_by_name));
     std::set<std::string> canonical_seen;
+    // Progress in bytes of the local weights the slices cover.
+    auto slice_bytes = [&](const LocalSlice& s) {
+      uint64_t n = SizeOf(new_by_name[s.local_name]->dtype);
+      for (uint32_t d = 0; d < s.map.map.ndim; ++d) n *= s.map.map.extent[d];
+      return n;
+    };
+    uint64_t done = 0, total = 0;
+    if (progress) {
+      for (const LocalSlice& s : slices) total += slice_bytes(s);
+    }
     for (const LocalSlice& s : slices) {
       const TensorView& t = *new_by_name[s.local_name];
       const internal::SliceSource src =
@@ -525,6 +537,7 @@ struct Sender::Impl {
         manifest->tensors.push_back({src.tensor, src.dtype, src.canonical_shape});
       }
       REFIT_RETURN_NOT_OK(AddCutSlice(writer, src, cuts));
+      if (progress) progress(done += slice_bytes(s), total);
     }
     return Status::OK();
   }
@@ -722,6 +735,8 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   return Status::OK();
 }
+
+void Sender::SetProgress(ProgressFn fn) { impl_->progress = std::move(fn); }
 
 Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   Impl& m = *impl_;
