@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -98,11 +99,23 @@ TEST_F(AuthChainTest, HonestSignedSyncAppliesAndCarriesMacsAndDigests) {
 
 enum class Forgery { kMacRemoved, kPayloadChangedMacStale, kSignedButPayloadShaStale };
 
+void PrintTo(Forgery f, std::ostream* os) {
+  *os << (f == Forgery::kMacRemoved               ? "mac removed"
+          : f == Forgery::kPayloadChangedMacStale ? "payload changed, mac stale"
+                                                  : "re-signed, payload sha256 stale");
+}
+
 class AuthForgeryTest : public AuthChainTest, public ::testing::WithParamInterface<Forgery> {};
 
 // Version 2 re-stored with correct transport checksums by a writer without the key (or, for the
 // last case, with it, to show each named object's SHA-256 is checked too).
 TEST_P(AuthForgeryTest, VersionAlteredWithoutTheKeyIsRefused) {
+  // Dense records: a changed byte with its record digest recomputed is a forgery that would
+  // apply cleanly if nothing but the transport checksums and record digests were checked.
+  SyncConfig c;
+  c.sender_extra = "encoding = \"dense\"\n";
+  c.tail = "\n[auth]\nkey_file = \"" + dir_ / "auth.key" + "\"\n";
+  WriteConfig(c);
   ASSERT_NO_FATAL_FAILURE(SyncUpTo(1));
   auto s = Send(2);
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -113,8 +126,11 @@ TEST_P(AuthForgeryTest, VersionAlteredWithoutTheKeyIsRefused) {
   ForgeOptions o;
   if (GetParam() != Forgery::kMacRemoved) {
     ASSERT_FALSE(v.parts[0].payloads.empty());
-    ASSERT_FALSE(v.parts[0].payloads[0].records[0].bytes.empty());
-    v.parts[0].payloads[0].records[0].bytes[0] ^= 0x01;
+    ForgedRecord& r = v.parts[0].payloads[0].records[0];
+    ASSERT_EQ(r.header.encoding, "dense");
+    ASSERT_EQ(r.header.digest, Xxh3(r.bytes)) << "a dense record's digest is not that of its bytes";
+    r.bytes[r.bytes.size() / 2] ^= 0x01;
+    r.header.digest = Xxh3(r.bytes);
   }
   if (GetParam() == Forgery::kPayloadChangedMacStale) o.keep_macs = true;
   if (GetParam() == Forgery::kSignedButPayloadShaStale) {

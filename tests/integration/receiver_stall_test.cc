@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,8 @@ struct StallCase {
   int max_failures;  // 0: the default (3)
 };
 
+void PrintTo(const StallCase& c, std::ostream* os) { *os << c.name; }
+
 class RepeatedFailureTest : public ReceiverStallTest,
                             public ::testing::WithParamInterface<StallCase> {};
 
@@ -86,8 +89,9 @@ TEST_P(RepeatedFailureTest, VersionFailingEveryTimeIsAbandonedForAFullSync) {
     EXPECT_NE(r.exit_code, 0) << what << " succeeded: " << r.out;
     EXPECT_EQ(LineCount(r.err), 1) << what << ": " << r.err;
     if (!Applying()) ExpectModelAt(1, what);
-    EXPECT_EQ(NeedFull(), run == limit) << what << ": a need-full request should be made after "
-                                        << limit << " failures, not " << run;
+    EXPECT_EQ(NeedFull(), run == limit)
+        << what << ": need-full request present = " << NeedFull() << ", expected one exactly from "
+        << "failure " << limit << " (receiver.max_apply_failures) on";
   }
   s = Send(3);
   ASSERT_EQ(s.exit_code, 0) << "the sender did not answer the need-full request: " << s.err;
@@ -184,6 +188,10 @@ TEST_F(ReceiverStallTest, UpToDateOnlyWhenItIsTrue) {
 }
 
 enum class Structural { kAbsentTensor, kWrongDtype };
+
+void PrintTo(Structural s, std::ostream* os) {
+  *os << (s == Structural::kAbsentTensor ? "absent tensor" : "wrong dtype");
+}
 
 class StructuralRefusalTest : public ReceiverStallTest,
                               public ::testing::WithParamInterface<Structural> {};
