@@ -57,32 +57,57 @@ class ReceiverStallTest : public SyncFixture {
   }
 };
 
+enum class StallKind {
+  kUndecodable,     // a record whose bytes no encoding decodes (forged, checksums recomputed)
+  kDigestMismatch,  // a dense record that decodes but fails its digest (forged likewise)
+  kOverApplyBytes,  // an honest payload larger than receiver.apply_bytes (nothing forged)
+};
+
 struct StallCase {
   const char* name;
-  bool undecodable;  // else: a dense record that decodes but fails its digest
+  StallKind kind;
   int max_failures;  // 0: the default (3)
 };
 
 void PrintTo(const StallCase& c, std::ostream* os) { *os << c.name; }
 
 class RepeatedFailureTest : public ReceiverStallTest,
-                            public ::testing::WithParamInterface<StallCase> {};
+                            public ::testing::WithParamInterface<StallCase> {
+ protected:
+  // Writes refit.toml (and big.toml for kOverApplyBytes); returns the config version 2 is sent
+  // with.
+  std::string Configure(const StallCase& c) {
+    SyncConfig config;
+    const std::string limit =
+        c.max_failures != 0 ? "max_apply_failures = " + std::to_string(c.max_failures) + "\n" : "";
+    if (c.kind != StallKind::kOverApplyBytes) {
+      config.sender_extra = "encoding = \"dense\"\n";
+      config.receiver_extra = limit;
+      WriteConfig(config);
+      return "refit.toml";
+    }
+    config.sender_extra = "chunk_bytes = \"2KiB\"\nbucket_bytes = \"4KiB\"\n";
+    config.receiver_extra = "apply_bytes = \"8KiB\"\n" + limit;
+    WriteConfig(config);
+    SyncConfig big = config;  // one dense payload of the whole model (~20 KiB)
+    big.sender_extra = "encoding = \"dense\"\nchunk_bytes = \"64KiB\"\nbucket_bytes = \"64KiB\"\n";
+    WriteConfig(big, "big.toml");
+    return "big.toml";
+  }
+};
 
 // Each plain `refit recv` counts one failure of version 2; at the limit the receiver writes a
 // need-full request, the sender answers with a full version 3, and a delta version 4 follows.
 TEST_P(RepeatedFailureTest, VersionFailingEveryTimeIsAbandonedForAFullSync) {
   const StallCase c = GetParam();
-  SyncConfig config;
-  config.sender_extra = "encoding = \"dense\"\n";
-  if (c.max_failures != 0) {
-    config.receiver_extra = "max_apply_failures = " + std::to_string(c.max_failures) + "\n";
-  }
-  WriteConfig(config);
+  const std::string v2_config = Configure(c);
   const int limit = c.max_failures != 0 ? c.max_failures : 3;
   ASSERT_NO_FATAL_FAILURE(SyncUpTo(1));
-  auto s = Send(2);
+  auto s = Send(2, {}, v2_config);
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  ASSERT_TRUE(DamageVersion2(c.undecodable));
+  if (c.kind != StallKind::kOverApplyBytes) {
+    ASSERT_TRUE(DamageVersion2(c.kind == StallKind::kUndecodable));
+  }
   for (int run = 1; run <= limit; ++run) {
     const std::string what = "recv run " + std::to_string(run) + " of the damaged version 2";
     auto r = Recv();
@@ -108,12 +133,12 @@ TEST_P(RepeatedFailureTest, VersionFailingEveryTimeIsAbandonedForAFullSync) {
   ExpectOutsideUntouched();
 }
 
-INSTANTIATE_TEST_SUITE_P(Failures, RepeatedFailureTest,
-                         ::testing::Values(StallCase{"UndecodableRecordDefaultLimit", true, 0},
-                                           StallCase{"DigestMismatchLimitTwo", false, 2}),
-                         [](const ::testing::TestParamInfo<StallCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Failures, RepeatedFailureTest,
+    ::testing::Values(StallCase{"UndecodableRecordDefaultLimit", StallKind::kUndecodable, 0},
+                      StallCase{"DigestMismatchLimitTwo", StallKind::kDigestMismatch, 2},
+                      StallCase{"PayloadOverApplyBytes", StallKind::kOverApplyBytes, 0}),
+    [](const ::testing::TestParamInfo<StallCase>& info) { return std::string(info.param.name); });
 
 // `refit recv --follow` meets a version whose payload exceeds receiver.apply_bytes: it reports the
 // failure on stderr and keeps running; once it gives the version up, the sender's full version 3
