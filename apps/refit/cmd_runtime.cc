@@ -121,33 +121,22 @@ Status RunRecv(const RecvOptions& o) {
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
   REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
   const double start = Now();
-  bool mismatch_reported = false;
   std::string last_error;
   while (true) {
     Result<std::optional<ApplyStats>> r = receiver->PollOnce();
     if (!r.ok()) {
-      const StatusCode code = r.status().code();
       if (!o.follow) return r.status();
-      if (code == StatusCode::kVersionMismatch) {
-        // Following: a full sync was requested and will come; say so once.
-        if (!mismatch_reported) {
-          std::fprintf(stderr, "refit: %s; requested a full sync\n", r.status().message().c_str());
-          mismatch_reported = true;
-        }
-      } else if (code == StatusCode::kIoError || code == StatusCode::kCorrupt ||
-                 code == StatusCode::kNotFound || code == StatusCode::kTimeout) {
-        // Following: a failed or corrupted read, or a payload not (yet) there, is retried; the
-        // model still is the last committed version (or an `applying` one that resumes).
-        if (r.status().message() != last_error) {
-          std::fprintf(stderr, "refit: %s; retrying\n", r.status().message().c_str());
-          std::fflush(stderr);
-          last_error = r.status().message();
-        }
-      } else {
-        return r.status();
+      // Following: every failure is reported (once while it repeats) and polling goes on. A
+      // failed read is retried, a refused version waits for the next one, a version failing
+      // the same way receiver.max_apply_failures times is abandoned for a full sync: no stall.
+      if (r.status().message() != last_error) {
+        const bool asked = r.status().code() == StatusCode::kVersionMismatch;
+        std::fprintf(stderr, "refit: %s; %s\n", r.status().message().c_str(),
+                     asked ? "requested a full sync" : "retrying");
+        std::fflush(stderr);
+        last_error = r.status().message();
       }
     } else if (r.value()) {
-      mismatch_reported = false;
       last_error.clear();
       if (!o.quiet) PrintApplied(*r.value());
       if (o.until_version != 0 && receiver->version() >= o.until_version) return Status::OK();
@@ -160,6 +149,11 @@ Status RunRecv(const RecvOptions& o) {
       }
       return Status::OK();
     } else if (!o.follow) {
+      if (receiver->applying() != 0) {
+        return Status::VersionMismatch("the model holds part of version " +
+                                       std::to_string(receiver->applying()) +
+                                       "; not up to date until a full sync replaces it");
+      }
       if (!o.quiet) {
         std::printf("up to date at version %" PRIu64 " (%s)\n", receiver->version(),
                     receiver->model_path().c_str());

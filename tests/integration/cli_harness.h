@@ -122,6 +122,10 @@ class TempDir {
     path_ = ::mkdtemp(tmpl.data());
   }
   ~TempDir() {
+    // REFIT_KEEP_TEST_DIRS=1 keeps them for a post-mortem.
+    if (const char* keep = std::getenv("REFIT_KEEP_TEST_DIRS"); keep != nullptr && *keep == '1') {
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

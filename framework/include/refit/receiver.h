@@ -46,10 +46,16 @@ class REFIT_API Receiver {
 
   // Applies the next committed version if there is one (nullopt if none yet). A delta whose base
   // is not the receiver's version is answered with a "need full" request to the sender and a
-  // kVersionMismatch status; a later full sync is then applied normally.
+  // kVersionMismatch status; a later full sync is then applied normally. A version that does not
+  // extend the receiver's version chain (or, with [auth], is not signed) is refused. A version
+  // that fails the same way receiver.max_apply_failures times is abandoned: a full sync is
+  // requested (kVersionMismatch) and the version never tried again.
   Result<std::optional<ApplyStats>> PollOnce();
 
   uint64_t version() const;  // 0: no committed state
+  // Nonzero while the model holds part of that version (an in-place apply interrupted, or one
+  // abandoned until a full sync replaces the model): the model is then not `version()`.
+  uint64_t applying() const;
   std::string model_path() const;
 
  private:

@@ -146,8 +146,8 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
   for (const char* section : {"sender", "receiver", "plugins", "faults", "auth"}) {
     REFIT_RETURN_NOT_OK(config.Validate(specs, section));
   }
-  const std::set<std::string> known_roots = {"sender",   "receiver", "plugins", "transport",
-                                             "layout",   "encoding", "faults",  "auth"};
+  const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
+                                             "layout", "encoding", "faults",  "auth"};
   for (const auto& [key, value] : config.values()) {
     std::string root = key.substr(0, key.find('.'));
     if (known_roots.count(root) == 0) {

@@ -170,10 +170,10 @@ json PayloadRefJson(const PayloadRef& p) {
 Result<std::string> OptionalHexField(const json& obj, const char* key, size_t chars) {
   auto it = obj.find(key);
   if (it == obj.end()) return std::string();
-  if (!it->is_string()) return Status::Corrupt(std::string("field '") + key + "' has the wrong type");
+  if (!it->is_string())
+    return Status::Corrupt(std::string("field '") + key + "' has the wrong type");
   const std::string& hex = it->get_ref<const std::string&>();
-  if (hex.size() != chars ||
-      hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (hex.size() != chars || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return Status::Corrupt(std::string("field '") + key + "' is not " + std::to_string(chars) +
                            " lowercase hex digits");
   }

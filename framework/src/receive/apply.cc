@@ -133,34 +133,121 @@ Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, T
 
 }  // namespace
 
-Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
-                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
-                    ApplyJournal* journal) {
+namespace {
+
+// A record ready to apply: where it lands and the encoding that decodes it.
+struct CheckedRecord {
+  TensorView* tensor = nullptr;  // null: another receiver shard's record
+  Box box;
+  const Encoding* encoding = nullptr;
+};
+
+Result<std::vector<CheckedRecord>> CheckRecords(const Payload& payload, EncodingCache& encodings,
+                                                const TensorResolver& resolve,
+                                                uint64_t max_record_bytes) {
   const auto& records = payload.records();
+  std::vector<CheckedRecord> checked(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
     const RecordHeader& r = records[i];
-    Result<ApplyTarget> target_r = resolve(r);
-    if (!target_r.ok()) return target_r.status().WithContext(RecordWhere(payload, i));
-    if (target_r.value().tensor == nullptr) continue;  // another receiver shard's record
-    TensorView& target = *target_r.value().tensor;
-    const Box& box = target_r.value().box;
-    REFIT_RETURN_NOT_OK(CheckTarget(payload, i, target, box, max_record_bytes));
-    Result<const Encoding*> enc_r = encodings.Get(r.encoding);
-    if (!enc_r.ok()) return enc_r.status().WithContext(RecordWhere(payload, i));
-    const Encoding* enc = enc_r.value();
-    if (enc->op() != r.op) {
+    Result<ApplyTarget> target = resolve(r);
+    if (!target.ok()) return target.status().WithContext(RecordWhere(payload, i));
+    if (target.value().tensor == nullptr) continue;
+    checked[i].tensor = target.value().tensor;
+    checked[i].box = target.value().box;
+    REFIT_RETURN_NOT_OK(
+        CheckTarget(payload, i, *checked[i].tensor, checked[i].box, max_record_bytes));
+    Result<const Encoding*> enc = encodings.Get(r.encoding);
+    if (!enc.ok()) return enc.status().WithContext(RecordWhere(payload, i));
+    if (enc.value()->op() != r.op) {
       return Status::Corrupt(RecordWhere(payload, i) + ": op does not match encoding '" +
                              r.encoding + "'");
     }
+    checked[i].encoding = enc.value();
+  }
+  return checked;
+}
+
+}  // namespace
+
+Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
+                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
+                    ApplySink* sink) {
+  REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
+                        CheckRecords(payload, encodings, resolve, max_record_bytes));
+  const bool writes = std::any_of(checked.begin(), checked.end(),
+                                  [](const CheckedRecord& c) { return c.tensor != nullptr; });
+  if (writes && sink != nullptr && sink->before_write) REFIT_RETURN_NOT_OK(sink->before_write());
+  ApplyJournal* journal = sink != nullptr ? sink->journal : nullptr;
+  const auto& records = payload.records();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const RecordHeader& r = records[i];
+    const CheckedRecord& c = checked[i];
+    if (c.tensor == nullptr) continue;
+    if (sink != nullptr && sink->coverage != nullptr) sink->coverage->Add(*c.tensor, c.box);
     if (journal != nullptr && r.op != REFIT_OP_OVERWRITE) {
-      REFIT_RETURN_NOT_OK(ApplyJournaled(payload, i, *enc, RecordWhere(payload, i), target, box,
-                                         scratch, *journal, stats));
+      REFIT_RETURN_NOT_OK(ApplyJournaled(payload, i, *c.encoding, RecordWhere(payload, i),
+                                         *c.tensor, c.box, scratch, *journal, stats));
     } else {
-      REFIT_RETURN_NOT_OK(ApplyInPlace(payload, i, *enc, target, box, scratch));
+      REFIT_RETURN_NOT_OK(ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch));
     }
     if (stats != nullptr) {
       ++stats->counters.records;
       stats->counters.changed_elements += r.changed;
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+bool BoxesOverlap(const Box& a, const Box& b) {
+  for (size_t d = 0; d < a.offset.size(); ++d) {
+    if (a.offset[d] >= b.offset[d] + b.extent[d] || b.offset[d] >= a.offset[d] + a.extent[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Boxes inside one tensor cover it exactly once: no two overlap (a sweep along dimension 0, so
+// a tensor cut into many row blocks costs n log n) and their sizes add up to the tensor's.
+bool CoversExactlyOnce(std::vector<Box> boxes, uint64_t elements) {
+  uint64_t total = 0;
+  for (const Box& b : boxes) total += BoxElements(b);
+  if (total != elements) return false;
+  if (boxes.empty() || boxes.front().offset.empty()) return boxes.size() <= 1;
+  std::sort(boxes.begin(), boxes.end(),
+            [](const Box& a, const Box& b) { return a.offset[0] < b.offset[0]; });
+  std::vector<const Box*> open;
+  for (const Box& b : boxes) {
+    std::erase_if(open, [&](const Box* o) { return o->offset[0] + o->extent[0] <= b.offset[0]; });
+    for (const Box* o : open) {
+      if (BoxesOverlap(*o, b)) return false;
+    }
+    open.push_back(&b);
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CoverageTracker::Check(const std::vector<TensorView>& tensors,
+                              const std::map<std::string, uint64_t>* mapped) const {
+  for (const TensorView& t : tensors) {
+    auto it = boxes_.find(t.name);
+    uint64_t elements = t.num_elements();
+    if (mapped != nullptr) {
+      auto m = mapped->find(t.name);
+      elements = m == mapped->end() ? 0 : m->second;
+    }
+    if (elements == 0) continue;
+    if (it == boxes_.end()) {
+      return Status::Corrupt("full sync has no record for tensor '" + t.name + "' " +
+                             ShapeToString(t.shape) + "; refused");
+    }
+    if (!CoversExactlyOnce(it->second, elements)) {
+      return Status::Corrupt("full sync's records do not cover tensor '" + t.name + "' " +
+                             ShapeToString(t.shape) + " exactly once; refused");
     }
   }
   return Status::OK();

@@ -26,11 +26,37 @@ TensorResolver CanonicalResolver(std::map<std::string, TensorView*> tensors);
 
 class ApplyJournal;  // journal.h
 
-// Validates, decodes, applies and digest-verifies every record of a payload. With a journal,
-// xor/step records are applied exactly once across crashes (journal.h); without one (offline
-// apply into a copy, the sender's own baseline) they are applied in place.
+// The boxes a full sync's records wrote, per target tensor: a full sync must cover every element
+// of every tensor exactly once (a version that lists a tensor and sends no record for it, or
+// two records for one element, is refused before it replaces the model).
+class CoverageTracker {
+ public:
+  void Add(const TensorView& target, const Box& box) { boxes_[target.name].push_back(box); }
+  // Corrupt, naming the first tensor that is not covered exactly once. `mapped`: for sharded
+  // receivers, the elements of each local tensor its layout maps to canonical ones (a shard's
+  // padding rows get no record); null: every element.
+  Status Check(const std::vector<TensorView>& tensors,
+               const std::map<std::string, uint64_t>* mapped = nullptr) const;
+
+ private:
+  std::map<std::string, std::vector<Box>> boxes_;
+};
+
+// What the caller hooks into an apply.
+struct ApplySink {
+  // Called once, after every record of the payload is validated and before the first byte of a
+  // target changes (the receiver marks its model `applying` and opens its journal there).
+  std::function<Status()> before_write;
+  // With a journal (read after before_write), xor/step records are applied exactly once across
+  // crashes (journal.h); without one (offline apply into a copy) they are applied in place.
+  ApplyJournal* journal = nullptr;
+  CoverageTracker* coverage = nullptr;  // full syncs
+};
+
+// Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies
+// and digest-verifies each: a payload refused for its structure changes nothing.
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
                     uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
-                    ApplyJournal* journal = nullptr);
+                    ApplySink* sink = nullptr);
 
 }  // namespace refit::internal

@@ -2,11 +2,16 @@
 // within a byte cap -> verify each record's digest -> commit the version locally -> acknowledge.
 #include "refit/receiver.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/state_json.h"
 #include "common/stopwatch.h"
@@ -14,6 +19,7 @@
 #include "format/model_file.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
+#include "protocol/auth.h"
 #include "protocol/verified_io.h"
 #include "receive/apply.h"
 #include "receive/journal.h"
@@ -25,6 +31,16 @@ namespace refit {
 
 using internal::Stopwatch;
 using json = nlohmann::json;
+
+namespace {
+
+// A commit as read from the transport, with the SHA-256 of its bytes (the chain's link).
+struct CommitRead {
+  Commit commit;
+  std::string sha256;
+};
+
+}  // namespace
 
 struct Receiver::Impl {
   Config config;
@@ -52,6 +68,18 @@ struct Receiver::Impl {
   bool ack_checked = false;
   std::unique_ptr<internal::ApplyJournal> journal;
   bool asked_full = false;
+  // With a key, only signed versions are taken (protocol/auth.h).
+  std::optional<std::string> auth_key;
+  // The chain head: SHA-256 of the COMMIT of `version`; a version is taken only if it extends it.
+  std::string commit_sha256;
+  uint64_t max_model_bytes = 0;  // 0: bounded by the free space of state_dir only
+  uint64_t max_failures = 3;
+  // Failures of one version, kept across restarts in failures.json (receiver.json says only
+  // what the model is): the same failure max_failures times abandons the version.
+  uint64_t failed_version = 0;
+  uint64_t failed_count = 0;
+  std::string failed_error;
+  uint64_t abandoned = 0;  // never tried again; a full sync was asked for
   std::unique_ptr<SafetensorsFile> model;
   std::vector<uint8_t> payload_buffer;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
@@ -60,12 +88,41 @@ struct Receiver::Impl {
   std::string ModelPath() const { return state_dir + "/model.safetensors"; }
   std::string StatePath() const { return state_dir + "/receiver.json"; }
   std::string JournalPath() const { return state_dir + "/apply.journal"; }
+  std::string FailuresPath() const { return state_dir + "/failures.json"; }
 
   Status SaveState() {
     json j = {{"version", version}, {"receiver", id}};
     if (applying != 0) j["applying"] = applying;
     if (replacing != 0) j["replacing"] = replacing;
+    if (!commit_sha256.empty()) j["commit_sha256"] = commit_sha256;
     return internal::WriteFileAtomic(StatePath(), j.dump(1));
+  }
+
+  Status SaveFailures() {
+    if (failed_version == 0 && abandoned == 0) {
+      if (::unlink(FailuresPath().c_str()) != 0 && errno != ENOENT) {
+        return Status::IoError(FailuresPath() + ": " + std::strerror(errno));
+      }
+      return Status::OK();
+    }
+    json j = {{"version", failed_version},
+              {"count", failed_count},
+              {"error", failed_error},
+              {"abandoned", abandoned}};
+    return internal::WriteFileAtomic(FailuresPath(), j.dump(1));
+  }
+
+  Status LoadFailures() {
+    auto text = internal::ReadSmallFile(FailuresPath(), 1 << 20);
+    if (!text.ok()) {
+      return text.status().code() == StatusCode::kNotFound ? Status::OK() : text.status();
+    }
+    REFIT_ASSIGN_OR_RAISE(json j, internal::ParseStateObject(text.value(), FailuresPath()));
+    const std::string path = FailuresPath();
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "version", &failed_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "count", &failed_count));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "error", &failed_error));
+    return internal::ReadStateField(j, path, "abandoned", &abandoned);
   }
 
   Status LoadState() {
@@ -82,12 +139,15 @@ struct Receiver::Impl {
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "version", &saved_version));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "applying", &saved_applying));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "replacing", &saved_replacing));
+    std::string saved_sha256;
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "commit_sha256", &saved_sha256));
     auto file = SafetensorsFile::Open(ModelPath(), /*writable=*/true);
     if (!file.ok()) return Status::OK();
     model = std::move(file).value();
     version = saved_version;
     applying = saved_applying;
     replacing = saved_replacing;
+    commit_sha256 = saved_sha256;
     if (replacing != 0) {
       // Killed around the rename of a full sync: the file says which version it is.
       if (internal::HoldsVersion(*model, replacing)) {
@@ -101,18 +161,41 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  Result<std::optional<Commit>> ReadCommit(uint64_t v) {
+  // The commit of version v (verified against the key, if any), nullopt if there is none.
+  Result<std::optional<CommitRead>> ReadCommit(uint64_t v) {
     // Read until two reads agree: a commit corrupted on the way must not pass for another one.
     auto bytes = internal::GetStable(*transport, CommitKey(v), internal::kMaxControlBytes);
     if (!bytes.ok()) {
-      if (bytes.status().code() == StatusCode::kNotFound) return std::optional<Commit>();
+      if (bytes.status().code() == StatusCode::kNotFound) return std::optional<CommitRead>();
       return bytes.status();
     }
     REFIT_ASSIGN_OR_RAISE(Commit c,
                           ParseCommit(bytes.value().data(), bytes.value().size(), CommitKey(v)));
     if (c.version != v)
       return Status::Corrupt(CommitKey(v) + ": names version " + std::to_string(c.version));
-    return std::optional<Commit>(c);
+    REFIT_RETURN_NOT_OK(internal::VerifyCommit(auth_key, c, CommitKey(v)));
+    return std::optional<CommitRead>(
+        CommitRead{std::move(c), internal::Sha256Hex(bytes.value().data(), bytes.value().size())});
+  }
+
+  // Version v+1 extends the chain at `version`: its commit names our commit's SHA-256. (No head
+  // yet: no state, or a state written before the chain existed.)
+  bool Extends(const CommitRead& next) const {
+    return version == 0 || commit_sha256.empty() || next.commit.prev == commit_sha256;
+  }
+
+  // Whether full version f may replace our model: with a key its signature suffices (it was
+  // verified when read, and its number is above ours); without one, every commit between ours
+  // and f must exist and chain, so a version planted at any number is never taken.
+  Result<bool> ChainReaches(uint64_t f) {
+    if (version == 0 || auth_key || commit_sha256.empty()) return true;
+    std::string head = commit_sha256;
+    for (uint64_t v = version + 1; v <= f; ++v) {
+      auto c = ReadCommit(v);
+      if (!c.ok() || !c.value() || c.value()->commit.prev != head) return false;
+      head = c.value()->sha256;
+    }
+    return true;
   }
 
   Result<std::vector<Manifest>> ReadManifests(const Commit& c) {
@@ -128,7 +211,12 @@ struct Receiver::Impl {
         return Status(got.code(),
                       got.message() + " (manifest of commit " + std::to_string(c.version) + ")");
       }
+      if (!ref.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != ref.sha256) {
+        return Status::Corrupt(ref.key + ": refused: its SHA-256 differs from the one commit " +
+                               std::to_string(c.version) + " names");
+      }
       REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(bytes.data(), bytes.size(), ref.key));
+      REFIT_RETURN_NOT_OK(internal::VerifyManifest(auth_key, m, ref.key));
       // A delta version may hold full parts (a rank that re-sent its shards whole); a full
       // version holds only full parts, and every delta part is on the commit's base.
       if (m.version != c.version || (c.full && !m.full) ||
@@ -141,7 +229,8 @@ struct Receiver::Impl {
     return out;
   }
 
-  Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats) {
+  Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats,
+                       internal::ApplySink* sink) {
     std::map<std::string, TensorView*> by_name;
     std::vector<TensorView> tensors = model->tensors();
     for (TensorView& t : tensors) by_name[t.name] = &t;
@@ -168,7 +257,7 @@ struct Receiver::Impl {
         REFIT_ASSIGN_OR_RAISE(Payload payload,
                               Payload::Parse(payload_buffer.data(), p.bytes, p.key));
         REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, apply_bytes,
-                                                   scratch, stats, journal.get()));
+                                                   scratch, stats, sink));
         stats->apply_seconds += apply.Seconds();
         stats->payloads++;
         stats->payload_bytes += p.bytes;
@@ -184,6 +273,10 @@ struct Receiver::Impl {
   Status FetchPayload(uint64_t v, const PayloadRef& p) {
     prefetched.clear();
     Status st = internal::GetVerified(*transport, p.key, p.bytes, p.xxh3, payload_buffer);
+    if (st.ok() && !p.sha256.empty() &&
+        internal::Sha256Hex(payload_buffer.data(), p.bytes) != p.sha256) {
+      st = Status::Corrupt("refused: its SHA-256 differs from its manifest's");
+    }
     return st.ok() ? st : Rejected(v, p, st);
   }
 
@@ -239,12 +332,16 @@ struct Receiver::Impl {
       // Our shards of those canonical tensors, as the layout names and shapes them.
       REFIT_ASSIGN_OR_RAISE(specs, layout->ListLocal(specs));
     }
+    REFIT_RETURN_NOT_OK(CheckRoomFor(c.version, specs));
     const std::string tmp = ModelPath() + ".incoming";
     model.reset();
     REFIT_RETURN_NOT_OK(internal::CreateModelFile(
         tmp, specs, nullptr, {{internal::kVersionMetadataKey, std::to_string(c.version)}}));
     REFIT_ASSIGN_OR_RAISE(model, SafetensorsFile::Open(tmp, /*writable=*/true));
-    Status st = ApplyPayloads(manifests, stats);
+    internal::CoverageTracker coverage;
+    internal::ApplySink sink{{}, nullptr, &coverage};
+    Status st = ApplyPayloads(manifests, stats, &sink);
+    if (st.ok()) st = CheckCoverage(coverage).WithContext("version " + std::to_string(c.version));
     if (st.ok()) st = model->Sync();
     model.reset();
     if (!st.ok()) {
@@ -261,8 +358,55 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
+  // Every element of the new model that a record should write was written exactly once.
+  Status CheckCoverage(const internal::CoverageTracker& coverage) const {
+    const std::vector<TensorView> tensors = model->tensors();
+    if (canonical) return coverage.Check(tensors);
+    REFIT_ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
+                          internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
+    std::map<std::string, uint64_t> mapped;
+    for (const internal::LocalSlice& s : slices) {
+      const refit_slice_map_t& sm = s.map.map;
+      uint64_t n = 1;
+      for (uint32_t d = 0; d < sm.ndim; ++d) n *= sm.extent[d];
+      mapped[s.local_name] += n;
+    }
+    return coverage.Check(tensors, &mapped);
+  }
+
+  // A full sync's declared tensors fit receiver.max_model_bytes and the free space of state_dir,
+  // checked before its file is grown (a planted manifest may declare any size).
+  Status CheckRoomFor(uint64_t v, const std::vector<TensorSpec>& specs) const {
+    uint64_t total = 0;
+    for (const TensorSpec& t : specs) {
+      uint64_t bytes = 0;
+      const uint64_t n = NumElements(t.shape).ValueOr(UINT64_MAX);
+      if (__builtin_mul_overflow(n, SizeOf(t.dtype), &bytes) ||
+          __builtin_add_overflow(total, bytes, &total)) {
+        total = UINT64_MAX;
+        break;
+      }
+    }
+    const std::string what = "full sync version " + std::to_string(v) + " declares " +
+                             std::to_string(total) + " bytes of tensors";
+    if (max_model_bytes != 0 && total > max_model_bytes) {
+      return Status::Invalid(what + ", over receiver.max_model_bytes = " +
+                             std::to_string(max_model_bytes) + "; refused");
+    }
+    struct statvfs fs {};
+    if (::statvfs(state_dir.c_str(), &fs) == 0) {
+      const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+      if (total > free_bytes) {
+        return Status::IoError(what + ", more than the " + std::to_string(free_bytes) +
+                               " bytes free in " + state_dir + "; refused");
+      }
+    }
+    return Status::OK();
+  }
+
   // Applies version c (full or a delta on our version), commits it locally, acknowledges it.
-  Result<ApplyStats> Apply(const Commit& c) {
+  Result<ApplyStats> Apply(const CommitRead& read) {
+    const Commit& c = read.commit;
     Stopwatch total;
     ApplyStats stats;
     stats.version = c.version;
@@ -274,15 +418,30 @@ struct Receiver::Impl {
       applying = 0;
     } else {
       REFIT_RETURN_NOT_OK(VerifyPayloads(manifests));
-      REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
-      REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, &stats));
+      // The model is marked `applying` (and the journal opened) only when its first byte is
+      // about to change: a version refused before that leaves state, journal and model alone.
+      internal::ApplySink sink;
+      bool began = false;
+      sink.before_write = [&]() -> Status {
+        if (began) return Status::OK();
+        began = true;
+        REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
+        sink.journal = journal.get();
+        return Status::OK();
+      };
+      REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, &stats, &sink));
       REFIT_RETURN_NOT_OK(model->Sync());
       internal::MaybeKillAt("receiver.model_synced");
       applying = 0;
     }
     version = c.version;
     replacing = 0;
+    commit_sha256 = read.sha256;
     REFIT_RETURN_NOT_OK(SaveState());
+    failed_version = failed_count = 0;
+    failed_error.clear();
+    if (c.full) abandoned = 0;
+    REFIT_RETURN_NOT_OK(SaveFailures());
     internal::MaybeKillAt("receiver.ack");
     if (journal != nullptr) {
       REFIT_RETURN_NOT_OK(journal->Remove());
@@ -318,12 +477,12 @@ struct Receiver::Impl {
     REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> ack, transport->Size(AckKey(id, version)));
     bool sent = false;
     if (!ack.has_value()) {
-      REFIT_ASSIGN_OR_RAISE(std::optional<Commit> c, ReadCommit(version));
+      REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> c, ReadCommit(version));
       if (!c) {
         ack_checked = true;  // the version is gone from the transport: nothing to answer
         return false;
       }
-      REFIT_RETURN_NOT_OK(Acknowledge(*c, 0, 0));
+      REFIT_RETURN_NOT_OK(Acknowledge(c->commit, 0, 0));
       sent = true;
     }
     ack_checked = true;
@@ -351,9 +510,12 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  Status RequestFull(const std::string& why) {
-    if (!asked_full) {
+  // Asks the senders for a full sync; `failed`: the version given up on (a sender whose last
+  // version was full takes only such a request as its answer).
+  Status RequestFull(const std::string& why, uint64_t failed = 0) {
+    if (!asked_full || failed != 0) {
       json j = {{"receiver", id}, {"version", version}, {"reason", why}};
+      if (failed != 0) j["abandoned"] = failed;
       std::string text = j.dump();
       REFIT_RETURN_NOT_OK(internal::PutVerified(
           *transport, NeedFullKey(id), reinterpret_cast<const uint8_t*>(text.data()), text.size()));
@@ -362,26 +524,56 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  // The newest committed full version above `after`, and the newest committed version at all,
-  // by listing the sync directory.
-  struct CommitScan {
-    std::optional<uint64_t> latest_full;
-    std::optional<uint64_t> latest;
-  };
-  Result<CommitScan> ScanCommits(uint64_t after) {
+  // The committed versions above `after`, newest first, by listing the sync directory.
+  Result<std::vector<uint64_t>> ListCommits(uint64_t after) {
     REFIT_ASSIGN_OR_RAISE(auto keys, transport->List("v"));
-    CommitScan scan;
-    for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
-      const std::string& key = it->first;
+    std::vector<uint64_t> out;
+    for (const auto& entry : keys) {
+      const std::string& key = entry.first;
       if (key.size() < 7 || key.compare(key.size() - 7, 7, "/COMMIT") != 0) continue;
       std::optional<uint64_t> v = VersionOfKey(key);
-      if (!v || *v <= after) continue;
-      if (!scan.latest || *v > *scan.latest) scan.latest = *v;
-      if (scan.latest_full && *v <= *scan.latest_full) continue;
-      REFIT_ASSIGN_OR_RAISE(std::optional<Commit> c, ReadCommit(*v));
-      if (c && c->full) scan.latest_full = *v;
+      if (v && *v > after) out.push_back(*v);
     }
-    return scan;
+    std::sort(out.rbegin(), out.rend());
+    return out;
+  }
+
+  // The newest full version above `after` (and above `floor`) that we may take: readable,
+  // signed when a key is set, and on our chain. A planted one is skipped, wherever it points.
+  Result<std::optional<CommitRead>> NewestFull(const std::vector<uint64_t>& versions,
+                                               uint64_t floor) {
+    for (uint64_t v : versions) {
+      if (v <= floor) break;
+      if (v == abandoned) continue;
+      auto c = ReadCommit(v);
+      if (!c.ok() || !c.value() || !c.value()->commit.full) continue;
+      REFIT_ASSIGN_OR_RAISE(bool chained, ChainReaches(v));
+      if (chained) return c;
+    }
+    return std::optional<CommitRead>();
+  }
+
+  // A failed apply of version v: counted, and the same failure max_failures times in a row
+  // abandons the version (a full sync is asked for) so that one bad version never stalls us.
+  Status Failed(uint64_t v, const Status& why) {
+    if (why.code() == StatusCode::kVersionMismatch) return why;
+    if (failed_version == v && failed_error == why.message()) {
+      ++failed_count;
+    } else {
+      failed_version = v;
+      failed_count = 1;
+      failed_error = why.message();
+    }
+    if (failed_count < max_failures) {
+      REFIT_RETURN_NOT_OK(SaveFailures());
+      return why;
+    }
+    abandoned = v;
+    REFIT_RETURN_NOT_OK(SaveFailures());
+    const std::string gave_up = "version " + std::to_string(v) + " abandoned after " +
+                                std::to_string(failed_count) + " failures (" + why.message() + ")";
+    REFIT_RETURN_NOT_OK(RequestFull(gave_up, v));
+    return Status::VersionMismatch(gave_up + "; need full sync");
   }
 };
 
@@ -404,6 +596,10 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
   REFIT_ASSIGN_OR_RAISE(m.verify_payloads_first,
                         m.config.GetBool("receiver.verify_payloads_first", false));
+  REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
+  REFIT_ASSIGN_OR_RAISE(int64_t max_failures, m.config.GetInt("receiver.max_apply_failures", 3));
+  m.max_failures = static_cast<uint64_t>(std::max<int64_t>(1, max_failures));
+  REFIT_ASSIGN_OR_RAISE(m.auth_key, internal::LoadAuthKey(m.config));
   REFIT_ASSIGN_OR_RAISE(m.transport, internal::CreateTransportWithFaults(
                                          *m.registry, m.config, REFIT_ROLE_RECEIVER, m.id));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
@@ -421,55 +617,80 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
                                          &m.config, "layout." + layout));
   REFIT_RETURN_NOT_OK(internal::MakeDirs(m.state_dir));
   REFIT_RETURN_NOT_OK(m.LoadState());
+  REFIT_RETURN_NOT_OK(m.LoadFailures());
   auto nf = m.transport->Size(NeedFullKey(m.id));
   m.asked_full = nf.ok() && nf.value().has_value();
   return r;
 }
 
 uint64_t Receiver::version() const { return impl_->version; }
+uint64_t Receiver::applying() const { return impl_->applying; }
 std::string Receiver::model_path() const { return impl_->ModelPath(); }
+
+namespace {
+
+std::string NeedFull(const std::string& id, const std::string& why) {
+  return "need full sync: receiver '" + id + "' " + why;
+}
+
+}  // namespace
 
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;
   REFIT_RETURN_NOT_OK(m.EnsureAcknowledged().status());
-  REFIT_ASSIGN_OR_RAISE(std::optional<Commit> next, m.ReadCommit(m.version + 1));
+  REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> next, m.ReadCommit(m.version + 1));
+  if (next && next->commit.version == m.abandoned) next.reset();  // given up on: a full is due
+  if (next && !m.Extends(*next)) {
+    return Status::Corrupt(CommitKey(next->commit.version) +
+                           ": refused: does not extend the version chain at version " +
+                           std::to_string(m.version) + " (its prev is not the SHA-256 of " +
+                           CommitKey(m.version) + ")");
+  }
   std::optional<uint64_t> newest;
   if (!next || m.version == 0 || m.asked_full) {
-    // Without a usable next delta, jump to the newest full sync if one is out there.
-    REFIT_ASSIGN_OR_RAISE(Impl::CommitScan scan, m.ScanCommits(m.version));
-    newest = scan.latest;
-    if (scan.latest_full && (!next || !next->full || *scan.latest_full > next->version)) {
-      REFIT_ASSIGN_OR_RAISE(next, m.ReadCommit(*scan.latest_full));
-    }
+    // Without a usable next delta, jump to the newest full sync we may take, if one is there.
+    REFIT_ASSIGN_OR_RAISE(std::vector<uint64_t> versions, m.ListCommits(m.version));
+    if (!versions.empty()) newest = versions.front();
+    const uint64_t floor = next && next->commit.full ? next->commit.version : m.version;
+    REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> full, m.NewestFull(versions, floor));
+    if (full) next = std::move(full);
   }
   if (!next) {
+    if (m.applying != 0) {
+      // Never "up to date" while the model holds part of a version it cannot complete.
+      std::string why = NeedFull(m.id, "holds part of version " + std::to_string(m.applying) +
+                                           ", which can no longer be completed");
+      REFIT_RETURN_NOT_OK(m.RequestFull(why));
+      return Status::VersionMismatch(why);
+    }
     if (m.version == 0 && newest) {
       // Versions exist but none we can start from: ask instead of guessing.
-      std::string why = "need full sync: receiver '" + m.id + "' has no committed state and " +
-                        "version " + std::to_string(*newest) + " is a delta";
+      std::string why = NeedFull(
+          m.id, "has no committed state and version " + std::to_string(*newest) + " is a delta");
       REFIT_RETURN_NOT_OK(m.RequestFull(why));
       return Status::VersionMismatch(why);
     }
     return std::optional<ApplyStats>();
   }
-  if (!next->full && m.applying != 0 && next->version != m.applying) {
+  const Commit& c = next->commit;
+  if (!c.full && m.applying != 0 && c.version != m.applying) {
     // The model holds part of version `applying`, which cannot be completed any more.
-    std::string why = "need full sync: receiver '" + m.id + "' was interrupted applying version " +
-                      std::to_string(m.applying) + ", and version " +
-                      std::to_string(next->version) + " is a delta";
+    std::string why =
+        NeedFull(m.id, "was interrupted applying version " + std::to_string(m.applying) +
+                           ", and version " + std::to_string(c.version) + " is a delta");
     REFIT_RETURN_NOT_OK(m.RequestFull(why));
     return Status::VersionMismatch(why);
   }
-  if (!next->full && (m.version == 0 || next->base_version != m.version)) {
-    std::string why = "need full sync: receiver '" + m.id + "' holds version " +
-                      std::to_string(m.version) + ", version " + std::to_string(next->version) +
-                      " is a delta on version " +
-                      (next->base_version ? std::to_string(*next->base_version) : "?");
+  if (!c.full && (m.version == 0 || c.base_version != m.version)) {
+    std::string why = NeedFull(m.id, "holds version " + std::to_string(m.version) + ", version " +
+                                         std::to_string(c.version) + " is a delta on version " +
+                                         (c.base_version ? std::to_string(*c.base_version) : "?"));
     REFIT_RETURN_NOT_OK(m.RequestFull(why));
     return Status::VersionMismatch(why);
   }
-  REFIT_ASSIGN_OR_RAISE(ApplyStats stats, m.Apply(*next));
-  return std::optional<ApplyStats>(stats);
+  Result<ApplyStats> applied = m.Apply(*next);
+  if (!applied.ok()) return m.Failed(c.version, applied.status());
+  return std::optional<ApplyStats>(std::move(applied).value());
 }
 
 }  // namespace refit

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/state_json.h"
 #include "common/stopwatch.h"
@@ -15,6 +16,7 @@
 #include "format/model_file.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
+#include "protocol/auth.h"
 #include "protocol/verified_io.h"
 #include "receive/apply.h"
 #include "receive/journal.h"
@@ -114,6 +116,15 @@ struct Sender::Impl {
   std::unique_ptr<SafetensorsFile> baseline;
   std::vector<Ack> acks;
   uint64_t advance_resumed_entries = 0;  // of the last baseline advance
+  // With a key, manifests and commits are signed and name their objects' SHA-256.
+  std::optional<std::string> auth_key;
+  // Rank 0: SHA-256 of the COMMIT of published_version, the `prev` of the next commit.
+  std::string commit_sha256;
+  // This rank's manifest of version manifest_version (its attempt at published_version + 1, or
+  // published_version): a COMMIT found at the next version number is ours only if it names this
+  // manifest; one planted there is never adopted.
+  uint64_t manifest_version = 0;
+  std::string manifest_sha256;
 
   std::string StatePath() const { return state_dir + "/sender.r" + std::to_string(rank) + ".json"; }
   std::string BaselinePath() const {
@@ -132,6 +143,11 @@ struct Sender::Impl {
               {"published_version", published_version},
               {"published_full", published_full},
               {"force_full", force_full}};
+    if (!commit_sha256.empty()) j["commit_sha256"] = commit_sha256;
+    if (manifest_version != 0) {
+      j["manifest_version"] = manifest_version;
+      j["manifest_sha256"] = manifest_sha256;
+    }
     return internal::WriteFileAtomic(StatePath(), j.dump(1));
   }
 
@@ -152,6 +168,9 @@ struct Sender::Impl {
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_version", &published_version));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "published_full", &published_full));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "force_full", &force_full));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "commit_sha256", &commit_sha256));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "manifest_version", &manifest_version));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "manifest_sha256", &manifest_sha256));
     if (baseline_version > 0) {
       auto file = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
       if (!file.ok()) {
@@ -272,11 +291,39 @@ struct Sender::Impl {
         }
         delta_base = rm.base_version;
       }
-      commit.manifests.push_back(
-          {key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0});
+      PayloadRef ref{key, bytes.size(), kernels::Digest64(bytes.data(), bytes.size()), 0, ""};
+      if (auth_key) ref.sha256 = internal::Sha256Hex(bytes.data(), bytes.size());
+      commit.manifests.push_back(std::move(ref));
     }
     commit.base_version = commit.full ? std::nullopt : delta_base;
+    REFIT_ASSIGN_OR_RAISE(commit.prev, PrevCommitSha256(version));
+    if (auth_key) internal::SignCommit(*auth_key, &commit);
     return SerializeCommit(commit);
+  }
+
+  // The chain link of `version`'s commit: the SHA-256 of the commit before it, as published.
+  Result<std::string> PrevCommitSha256(uint64_t version) {
+    if (version <= 1) return std::string();
+    if (published_version == version - 1 && !commit_sha256.empty()) return commit_sha256;
+    // A state written before the chain existed: the stored commit is the one published.
+    auto bytes =
+        internal::GetStable(*transport, CommitKey(version - 1), internal::kMaxControlBytes);
+    if (!bytes.ok()) {
+      if (bytes.status().code() == StatusCode::kNotFound) return std::string();
+      return bytes.status();
+    }
+    return internal::Sha256Hex(bytes.value().data(), bytes.value().size());
+  }
+
+  // Whether this rank's stored manifest of `version` is the one it put (not one planted).
+  Result<bool> OwnManifestStored(uint64_t version) {
+    if (manifest_version != version || manifest_sha256.empty()) return false;
+    auto bytes = internal::GetStable(*out, ManifestKey(version, rank), internal::kMaxControlBytes);
+    if (!bytes.ok()) {
+      if (bytes.status().code() == StatusCode::kNotFound) return false;
+      return bytes.status();
+    }
+    return internal::Sha256Hex(bytes.value().data(), bytes.value().size()) == manifest_sha256;
   }
 
   // An earlier attempt at version published_version+1 died (killed, or a put failed) before this
@@ -286,7 +333,16 @@ struct Sender::Impl {
   Status RecoverUnfinished(SyncStats* stats) {
     const uint64_t version = published_version + 1;
     REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> commit_size, transport->Size(CommitKey(version)));
-    if (!commit_size.has_value()) {
+    bool committed = commit_size.has_value();
+    if (committed) {
+      // A commit that names a manifest this rank never put was planted: not ours to adopt.
+      REFIT_ASSIGN_OR_RAISE(bool own, OwnManifestStored(version));
+      if (!own) {
+        if (rank == 0) REFIT_RETURN_NOT_OK(transport->Remove(CommitKey(version)));
+        committed = false;
+      }
+    }
+    if (!committed) {
       const std::string mine = VersionDir(version) + "/payload.r" + std::to_string(rank) + ".";
       const std::string manifest = ManifestKey(version, rank);
       REFIT_ASSIGN_OR_RAISE(auto stale, out->List(VersionDir(version) + "/"));
@@ -314,6 +370,12 @@ struct Sender::Impl {
     published_version = version;
     published_full = mine.full;
     force_full = false;
+    if (rank == 0) {
+      REFIT_ASSIGN_OR_RAISE(
+          std::vector<uint8_t> cbytes,
+          internal::GetStable(*transport, CommitKey(version), internal::kMaxControlBytes));
+      commit_sha256 = internal::Sha256Hex(cbytes.data(), cbytes.size());
+    }
     REFIT_RETURN_NOT_OK(SaveState());
     stats->adopted_commit = true;
     return Status::OK();
@@ -323,13 +385,20 @@ struct Sender::Impl {
   // always apply a full sync, so for a full version we wait for its ack).
   bool AnswerPresent(const std::string& receiver, uint64_t version, bool* need_full) {
     if (ValidAck(receiver, version).has_value()) return true;
-    if (published_full) return false;
-    auto nf = transport->Size(NeedFullKey(receiver));
-    if (nf.ok() && nf.value().has_value()) {
-      *need_full = true;
-      return true;
+    auto request = internal::GetStable(*transport, NeedFullKey(receiver), 1 << 20);
+    if (!request.ok()) return false;
+    // A receiver can apply any honest full sync, so a full version is answered by a request
+    // only when the request says that this very version failed to apply (it was abandoned).
+    if (published_full) {
+      json j = json::parse(request.value().begin(), request.value().end(), nullptr, false);
+      auto failed = j.is_object() ? j.find("abandoned") : j.end();
+      if (failed == j.end() || !failed->is_number_unsigned() ||
+          failed->get<uint64_t>() != version) {
+        return false;
+      }
     }
-    return false;
+    *need_full = true;
+    return true;
   }
 
   // The receiver's ack of `version`, if one is stored that parses and names that receiver and
@@ -365,6 +434,12 @@ struct Sender::Impl {
       REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
                             internal::GetStable(*out, ManifestKey(published_version, rank),
                                                 internal::kMaxControlBytes));
+      if (manifest_version == published_version && !manifest_sha256.empty() &&
+          internal::Sha256Hex(mbytes.data(), mbytes.size()) != manifest_sha256) {
+        return Status::Corrupt(ManifestKey(published_version, rank) +
+                               ": differs from the manifest this rank published; the baseline "
+                               "is not advanced through it");
+      }
       REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                       ManifestKey(published_version, rank)));
       // Canonical record boxes back to local boxes through the same slice maps that made them.
@@ -392,9 +467,13 @@ struct Sender::Impl {
         REFIT_RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
                                 .WithContext("advancing the baseline to version " +
                                              std::to_string(published_version)));
+        if (!p.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != p.sha256) {
+          return Status::Corrupt(p.key + ": differs from the payload this rank published");
+        }
         REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
+        internal::ApplySink sink{{}, journal.get(), nullptr};
         REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX,
-                                                   scratch, nullptr, journal.get()));
+                                                   scratch, nullptr, &sink));
         internal::MaybeKillAt("sender.advance");
       }
       REFIT_RETURN_NOT_OK(baseline->Sync());
@@ -452,11 +531,16 @@ struct Sender::Impl {
 
   // Writes the manifest (and a full sync's pending copy of the weights), forwards a pp stage,
   // writes the commit marker on rank 0 and records the version as published.
-  Status PutManifestAndCommit(const Manifest& manifest, bool full,
+  Status PutManifestAndCommit(Manifest manifest, bool full,
                               const std::vector<TensorView>& weights) {
     const uint64_t version = manifest.version;
+    if (auth_key) internal::SignManifest(*auth_key, &manifest);
     std::string mtext = SerializeManifest(manifest);
     const std::string mkey = ManifestKey(version, rank);
+    // Recorded before the put: a commit found at this version later is ours only if it is this.
+    manifest_version = version;
+    manifest_sha256 = internal::Sha256Hex(mtext);
+    REFIT_RETURN_NOT_OK(SaveState());
     REFIT_RETURN_NOT_OK(
         PutChecked(*out, mkey, reinterpret_cast<const uint8_t*>(mtext.data()), mtext.size()));
     internal::MaybeKillAt("sender.manifest_put");
@@ -473,6 +557,7 @@ struct Sender::Impl {
       REFIT_RETURN_NOT_OK(PutChecked(*transport, CommitKey(version),
                                      reinterpret_cast<const uint8_t*>(ctext.data()), ctext.size()));
       internal::MaybeKillAt("sender.commit_put");
+      commit_sha256 = internal::Sha256Hex(ctext);
     }
     published_version = version;
     published_full = full;
@@ -573,6 +658,7 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   REFIT_RETURN_NOT_OK(ValidateConfig(m.config, *m.registry));
   REFIT_RETURN_NOT_OK(m.ReadOptions());
   REFIT_ASSIGN_OR_RAISE(m.verify_puts, m.config.GetBool("sender.verify_puts", true));
+  REFIT_ASSIGN_OR_RAISE(m.auth_key, internal::LoadAuthKey(m.config));
   REFIT_ASSIGN_OR_RAISE(
       m.transport, internal::CreateTransportWithFaults(*m.registry, m.config, REFIT_ROLE_SENDER,
                                                        "sender-r" + std::to_string(rank)));
@@ -677,6 +763,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         ref.bytes = payload.size();
         ref.xxh3 = kernels::Digest64(payload.data(), payload.size());
         ref.records = records;
+        if (m.auth_key) ref.sha256 = internal::Sha256Hex(payload.data(), payload.size());
         manifest.payloads.push_back(ref);
         manifest.payload_bytes += ref.bytes;
         return putter.Submit(ref.key, std::move(payload));
