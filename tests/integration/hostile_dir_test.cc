@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli_harness.h"
+#include "forge.h"
 
 namespace refit::testing {
 namespace {
@@ -41,7 +45,7 @@ class HostileDirTest : public ::testing::Test {
     // Distinctive, and smaller than any payload, so a message leaking the target's size (a short
     // read) shows it.
     WriteAll(outside_ + "/secret", std::string(1111, 's'));
-    for (int i = 1; i <= 3; ++i) {
+    for (int i = 1; i <= 4; ++i) {
       Checkpoint c = Checkpoint::Make(7);
       c.Mutate(0.05 * i, 100 + i);
       ASSERT_TRUE(c.Write(Weights(i)));
@@ -67,10 +71,11 @@ class HostileDirTest : public ::testing::Test {
     return out;
   }
 
-  CommandResult Bounded(const std::vector<std::string>& args) {
+  CommandResult Bounded(const std::vector<std::string>& args, int bound_s = kMaxSeconds) {
     RefitProcess p(args, dir_ / ("cmd" + std::to_string(counter_++)));
     CommandResult r;
-    EXPECT_TRUE(p.WaitFor(kMaxSeconds, &r)) << "refit " << args[0] << " hung: " << r.err;
+    EXPECT_TRUE(p.WaitFor(bound_s, &r))
+        << "refit " << args[0] << " ran past its bound of " << bound_s << " s: " << r.err;
     return r;
   }
   CommandResult Send(int i) {
@@ -91,6 +96,25 @@ class HostileDirTest : public ::testing::Test {
   }
 
   void ExpectOutsideUntouched() const { EXPECT_EQ(Snapshot(), canary_); }
+
+  SyncStore Store() const { return SyncStore(dir_ / "sync"); }
+  std::string StateText() const { return ReadAll(dir_ / "receiver/receiver.json"); }
+  bool Applying() const { return StateText().find("\"applying\"") != std::string::npos; }
+  // The receiver's state names version v, is not applying, and its model is Weights(v) exactly.
+  void ExpectModelAt(int v, const std::string& when) const {
+    EXPECT_FALSE(Applying()) << when << ": receiver.json says applying: " << StateText();
+    nlohmann::json state = nlohmann::json::parse(StateText(), nullptr, false);
+    EXPECT_TRUE(state.is_object() && state.contains("version") && state["version"] == v)
+        << when << ": receiver.json does not name version " << v << ": " << StateText();
+    EXPECT_TRUE(SameTensors(Weights(v), Model()))
+        << when << ": the model is not version " << v << " bit for bit";
+  }
+  // A sync refused by the receiver: non-zero exit, one line, the model still version v.
+  void ExpectRefused(const CommandResult& r, int v, const std::string& what) const {
+    EXPECT_NE(r.exit_code, 0) << what << " was taken: " << r.out;
+    EXPECT_EQ(LineCount(r.err), 1) << what << ": not one line: " << r.err;
+    ExpectModelAt(v, what);
+  }
 
   TempDir dir_;
   std::string outside_ = dir_ / "outside";
@@ -238,6 +262,206 @@ TEST_F(HostileDirTest, SymlinkedBaselineInTheStateDirIsNeverWrittenThrough) {
   r = Recv();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(SameTensors(Weights(3), Model()));
+  ExpectOutsideUntouched();
+}
+
+// ---- Forged versions (forge.h): objects a writer of the directory planted, every transport
+// checksum recomputed so only the chain and the receiver's structural checks can catch them.
+
+// Version 1's full objects re-stored as version 99: a receiver holding version 1 does not jump to
+// it (versions 2..98 do not exist, so it does not extend the chain), neither now nor after the
+// honest version 2.
+TEST_F(HostileDirTest, PlantedFullSyncWithAJumpedVersionIsNotTaken) {
+  ASSERT_NO_FATAL_FAILURE(SyncFirst());
+  const SyncStore store = Store();
+  ForgedVersion v;
+  ASSERT_TRUE(store.Load(1, &v));
+  store.Store(v, 99);
+  Recv();  // ignored or refused
+  ExpectModelAt(1, "after a planted full sync at version 99");
+
+  auto s = Send(2);
+  ASSERT_EQ(s.exit_code, 0) << "the honest version 2 was not published: " << s.err;
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << "the honest version 2 was not applied: " << r.err;
+  ExpectModelAt(2, "after the honest version 2");
+  Recv();
+  ExpectModelAt(2, "a second recv with the planted version 99 still there");
+  ExpectOutsideUntouched();
+}
+
+// A full sync planted at the receiver's next version, chained correctly, whose records do not
+// cover one tensor: refused before the model is replaced (no .incoming left); the sender then
+// publishes version 2 honestly over the planted objects, and that applies.
+TEST_F(HostileDirTest, PlantedFullSyncMissingRecordsIsRefusedThenRepublishedHonestly) {
+  ASSERT_NO_FATAL_FAILURE(SyncFirst());
+  const SyncStore store = Store();
+  ForgedVersion v;
+  ASSERT_TRUE(store.Load(1, &v));
+  v.commit.prev = store.CommitSha(1);
+  bool removed = false;
+  for (ForgedPayload& p : v.parts[0].payloads) {
+    for (size_t i = 0; i < p.records.size() && !removed; ++i) {
+      if (p.records[i].header.tensor != "model.layers.0.mlp.up_proj.weight") continue;
+      p.records.erase(p.records.begin() + static_cast<long>(i));
+      removed = true;
+    }
+  }
+  ASSERT_TRUE(removed) << "version 1 has no record of model.layers.0.mlp.up_proj.weight";
+  store.Store(v, 2);
+  ExpectRefused(Recv(), 1, "a full sync that leaves a tensor uncovered");
+  EXPECT_FALSE(fs::exists(Model() + ".incoming")) << "the refused full sync's file was left";
+
+  auto s = Send(2);
+  ASSERT_EQ(s.exit_code, 0) << "the sender did not republish version 2 over the planted one: "
+                            << s.err;
+  EXPECT_NE(s.out.find("published version 2"), std::string::npos) << s.out;
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << "the honest version 2 was not applied: " << r.err;
+  ExpectModelAt(2, "after the honest version 2");
+  ExpectOutsideUntouched();
+}
+
+// Largest apparent or allocated size of a regular file under dir.
+uint64_t LargestFile(const std::string& dir) {
+  uint64_t largest = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat sb {};
+    if (::lstat(e.path().c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+    largest = std::max(
+        {largest, static_cast<uint64_t>(sb.st_size), static_cast<uint64_t>(sb.st_blocks) * 512});
+  }
+  return largest;
+}
+
+// A chained full sync at the next version declaring a tensor of 1 TiB (more than the state
+// directory's free space; no record covers it either), or one of 8 MiB (covered by a record)
+// against receiver.max_model_bytes = 1MiB: refused quickly, before the model file is grown.
+class HugeTensorTest : public HostileDirTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(HugeTensorTest, FullSyncDeclaringTooManyBytesIsRefusedBeforeTheFileGrows) {
+  const bool bounded = GetParam();
+  if (bounded) {
+    std::string config = ReadAll(dir_ / "refit.toml");
+    const std::string section = "[receiver]\n";
+    config.insert(config.find(section) + section.size(), "max_model_bytes = \"1MiB\"\n");
+    WriteAll(dir_ / "refit.toml", config);
+  }
+  ASSERT_NO_FATAL_FAILURE(SyncFirst());
+  const SyncStore store = Store();
+  ForgedVersion v;
+  ASSERT_TRUE(store.Load(1, &v));
+  v.commit.prev = store.CommitSha(1);
+  Manifest& m = v.parts[0].manifest;
+  if (!bounded) {
+    m.tensors.push_back({"huge.weight", DType::kF32, {uint64_t{1} << 18, uint64_t{1} << 20}});
+    m.total_elements += uint64_t{1} << 38;
+    m.model_bytes += uint64_t{1} << 40;
+  } else {
+    const uint64_t n = 8ull << 20;
+    m.tensors.push_back({"big.weight", DType::kU8, {n}});
+    m.total_elements += n;
+    m.model_bytes += n;
+    ForgedPayload extra = v.parts[0].payloads[0];
+    ForgedRecord r = extra.records[0];
+    r.header.tensor = "big.weight";
+    r.header.dtype = DType::kU8;
+    r.header.shape = r.header.box_extent = {n};
+    r.header.box_offset = {0};
+    r.header.encoding = "dense";
+    r.header.changed = n;
+    r.bytes.assign(n, '\0');
+    r.header.digest = Xxh3(r.bytes);
+    extra.records = {r};
+    v.parts[0].payloads.push_back(extra);
+  }
+  store.Store(v, 2);
+  const auto start = std::chrono::steady_clock::now();
+  // A short bound: a receiver that grows the file instead of refusing it writes gigabytes.
+  auto r = Bounded({"recv", "--config", dir_ / "refit.toml"}, 10);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ExpectRefused(r, 1, bounded ? "an 8 MiB model over max_model_bytes" : "a 1 TiB tensor");
+  EXPECT_LT(seconds, 10) << "the refusal took " << seconds << " s";
+  EXPECT_LE(LargestFile(dir_ / "receiver"), 4ull << 20)
+      << "a file of more than 4 MiB was made in the receiver's state dir";
+
+  auto s = Send(2);
+  ASSERT_EQ(s.exit_code, 0) << "the sender did not republish version 2 over the planted one: "
+                            << s.err;
+  auto ok = Recv();
+  ASSERT_EQ(ok.exit_code, 0) << "the honest version 2 was not applied: " << ok.err;
+  ExpectModelAt(2, "after the honest version 2");
+  ExpectOutsideUntouched();
+}
+
+INSTANTIATE_TEST_SUITE_P(Bounds, HugeTensorTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "MaxModelBytes" : "FreeSpace");
+                         });
+
+// A record of the honest version 2 whose encoded bytes fail to decode (transport checksums
+// recomputed): each recv fails it; after the third failure the receiver asks for a full sync, the
+// sender publishes one, it applies, and the next delta applies too.
+TEST_F(HostileDirTest, RecordThatFailsToDecodeLeadsToAFullSyncAfterThreeFailures) {
+  ASSERT_NO_FATAL_FAILURE(SyncFirst());
+  auto s = Send(2);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const SyncStore store = Store();
+  ForgedVersion v;
+  ASSERT_TRUE(store.Load(2, &v));
+  ForgedRecord* victim = nullptr;  // the record with the most encoded bytes
+  for (ForgedPayload& p : v.parts[0].payloads) {
+    for (ForgedRecord& rec : p.records) {
+      if (victim == nullptr || rec.bytes.size() > victim->bytes.size()) victim = &rec;
+    }
+  }
+  ASSERT_TRUE(victim != nullptr && victim->bytes.size() > 3);
+  victim->bytes = std::string(3, '\xff');
+  store.Store(v, 2);
+  for (int run = 1; run <= 3; ++run) {
+    const std::string what = "recv run " + std::to_string(run) + " of the undecodable version 2";
+    auto r = Recv();
+    EXPECT_NE(r.exit_code, 0) << what << " succeeded: " << r.out;
+    EXPECT_EQ(LineCount(r.err), 1) << what << ": " << r.err;
+    if (!Applying()) ExpectModelAt(1, what);
+    EXPECT_EQ(fs::exists(Sync("acks/r0/need-full")), run == 3)
+        << what << ": a need-full request should exist only after the third failure";
+  }
+  s = Send(3);
+  ASSERT_EQ(s.exit_code, 0) << "the sender did not answer the need-full request: " << s.err;
+  EXPECT_NE(s.out.find("published version 3 (full)"), std::string::npos) << s.out;
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << "the full version 3 was not applied: " << r.err;
+  ExpectModelAt(3, "after the full version 3");
+  s = Send(4);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("published version 4 (delta)"), std::string::npos) << s.out;
+  r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << "the delta after the full sync was not applied: " << r.err;
+  ExpectModelAt(4, "after the delta version 4");
+  ExpectOutsideUntouched();
+}
+
+// Version 1 replayed into the next slot (version fields rewritten, its prev left as it was):
+// it does not extend the receiver's chain, so it is refused; the honest version 3 then applies.
+TEST_F(HostileDirTest, ReplayedOlderVersionIsRefusedByTheChain) {
+  ASSERT_NO_FATAL_FAILURE(SyncFirst());
+  auto s = Send(2);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const SyncStore store = Store();
+  ForgedVersion v;
+  ASSERT_TRUE(store.Load(1, &v));
+  store.Store(v, 3);
+  ExpectRefused(Recv(), 2, "version 1 replayed as version 3");
+
+  s = Send(3);
+  ASSERT_EQ(s.exit_code, 0) << "the sender did not republish version 3 over the replay: " << s.err;
+  r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << "the honest version 3 was not applied: " << r.err;
+  ExpectModelAt(3, "after the honest version 3");
   ExpectOutsideUntouched();
 }
 
