@@ -641,10 +641,14 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> next, m.ReadCommit(m.version + 1));
   if (next && next->commit.version == m.abandoned) next.reset();  // given up on: a full is due
   if (next && !m.Extends(*next)) {
-    return Status::Corrupt(CommitKey(next->commit.version) +
-                           ": refused: does not extend the version chain at version " +
-                           std::to_string(m.version) + " (its prev is not the SHA-256 of " +
-                           CommitKey(m.version) + ")");
+    // Counted like a failed apply: if it stays so, the version is abandoned and the sender, which
+    // waits for an answer to it, is told to send a full sync.
+    return m.Failed(
+        next->commit.version,
+        Status::Corrupt(CommitKey(next->commit.version) +
+                        ": refused: does not extend the version chain at version " +
+                        std::to_string(m.version) + " (its prev is not the SHA-256 of " +
+                        CommitKey(m.version) + ")"));
   }
   std::optional<uint64_t> newest;
   if (!next || m.version == 0 || m.asked_full) {

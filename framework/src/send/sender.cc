@@ -21,6 +21,7 @@
 #include "receive/apply.h"
 #include "receive/journal.h"
 #include "refit/kernels/diff.h"
+#include "refit/log.h"
 #include "refit/offline.h"
 #include "refit/receiver.h"
 #include "send/async_putter.h"
@@ -415,6 +416,46 @@ struct Sender::Impl {
     return std::move(ack).value();
   }
 
+  std::string AdvanceJournalPath() const {
+    return state_dir + "/advance.r" + std::to_string(rank) + ".journal";
+  }
+
+  // The baseline is not advanced to the published version (a receiver asked for a full sync, or
+  // what this rank published was changed in storage): it is dropped and the next version is a
+  // full sync, which replaces it once acknowledged. `tampered`: what was found changed.
+  Status DropBaseline(const std::string& tampered) {
+    if (!tampered.empty()) {
+      Log(LogLevel::kWarn, "sender",
+          tampered + " (the sync directory was tampered with); the next version is a full sync");
+    }
+    baseline.reset();
+    baseline_version = 0;
+    force_full = true;
+    ::unlink(AdvanceJournalPath().c_str());
+    return SaveState();
+  }
+
+  // Rank 0: the stored commit of the published version is still the one this sender wrote. One
+  // changed in storage is what receivers walked through: the next version chains to it (so every
+  // receiver can take it) and is a full sync (so whatever was forged is replaced).
+  Status CheckOwnCommit() {
+    if (rank != 0 || published_version == 0 || commit_sha256.empty()) return Status::OK();
+    auto bytes =
+        internal::GetStable(*transport, CommitKey(published_version), internal::kMaxControlBytes);
+    if (!bytes.ok()) {
+      return bytes.status().code() == StatusCode::kNotFound ? Status::OK() : bytes.status();
+    }
+    const std::string stored = internal::Sha256Hex(bytes.value().data(), bytes.value().size());
+    if (stored == commit_sha256) return Status::OK();
+    Log(LogLevel::kWarn, "sender",
+        CommitKey(published_version) +
+            " differs from the commit this sender wrote (the sync directory was tampered with); "
+            "the next version is a full sync");
+    commit_sha256 = stored;
+    force_full = true;
+    return SaveState();
+  }
+
   // Applies our own published delta (re-read from the transport, digest-verified) to the
   // baseline, or swaps in the pending full copy.
   Status AdvanceBaseline() {
@@ -438,9 +479,8 @@ struct Sender::Impl {
                                                 internal::kMaxControlBytes));
       if (manifest_version == published_version && !manifest_sha256.empty() &&
           internal::Sha256Hex(mbytes.data(), mbytes.size()) != manifest_sha256) {
-        return Status::Corrupt(ManifestKey(published_version, rank) +
-                               ": differs from the manifest this rank published; the baseline "
-                               "is not advanced through it");
+        return DropBaseline(ManifestKey(published_version, rank) +
+                            " differs from the manifest this rank published");
       }
       REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                       ManifestKey(published_version, rank)));
@@ -452,9 +492,8 @@ struct Sender::Impl {
       internal::TensorResolver resolve =
           internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
       // xor/step records must reach the baseline exactly once even if we crash in between.
-      const std::string journal_path = state_dir + "/advance.r" + std::to_string(rank) + ".journal";
       REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
-                            internal::ApplyJournal::Open(journal_path, published_version,
+                            internal::ApplyJournal::Open(AdvanceJournalPath(), published_version,
                                                          baseline_version, /*durable=*/true));
       advance_resumed_entries = journal->resumed_entries();
       if (journal->resumed_entries() > 0) {
@@ -470,7 +509,7 @@ struct Sender::Impl {
                                 .WithContext("advancing the baseline to version " +
                                              std::to_string(published_version)));
         if (!p.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != p.sha256) {
-          return Status::Corrupt(p.key + ": differs from the payload this rank published");
+          return DropBaseline(p.key + " differs from the payload this rank published");
         }
         REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
         internal::ApplySink sink{{}, journal.get(), nullptr};
@@ -721,17 +760,18 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
     std::optional<Ack> ack = m.ValidAck(r, m.published_version);
     if (ack) m.acks.push_back(std::move(*ack));  // else answered with need-full instead
   }
-  if (need_full) m.force_full = true;
-  REFIT_RETURN_NOT_OK(m.AdvanceBaseline());
+  // A need-full request makes the next version full: it needs no baseline, so this one is not
+  // advanced (nor read back) at all.
+  REFIT_RETURN_NOT_OK(need_full ? m.DropBaseline("") : m.AdvanceBaseline());
   if (m.out != m.transport.get()) {
     // A pp stage member's staged parts of this version were forwarded (before the commit) and
     // are now in the baseline: the node-local staging area keeps nothing older.
     // Only this rank's objects: a node's stages may share one staging directory.
     const std::string payloads =
-        VersionDir(m.baseline_version) + "/payload.r" + std::to_string(m.rank) + ".";
+        VersionDir(m.published_version) + "/payload.r" + std::to_string(m.rank) + ".";
     REFIT_ASSIGN_OR_RAISE(auto staged, m.out->List(payloads));
     for (const auto& entry : staged) REFIT_RETURN_NOT_OK(m.out->Remove(entry.first));
-    REFIT_RETURN_NOT_OK(m.out->Remove(ManifestKey(m.baseline_version, m.rank)));
+    REFIT_RETURN_NOT_OK(m.out->Remove(ManifestKey(m.published_version, m.rank)));
   }
   return Status::OK();
 }
@@ -747,6 +787,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     REFIT_RETURN_NOT_OK(m.RecoverUnfinished(&stats));
     m.advance_resumed_entries = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
+    REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
     stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.wait_seconds = wait.Seconds();
   }
