@@ -38,7 +38,7 @@ def named_items(named_tensors):
                 f"expected (name, tensor) pairs or a dict of tensors, got a {type(item).__name__}"
             ) from None
         if not isinstance(name, str):
-            raise InvalidArgumentError(f"tensor name {name!r} is not a str")
+            raise InvalidArgumentError(f"expected (name, tensor) pairs: name {name!r} is not a str")
         if name in seen:
             raise InvalidArgumentError(f"tensor '{name}' is given twice")
         seen.add(name)
