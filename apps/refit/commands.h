@@ -33,6 +33,7 @@ void RegisterSendRecv(CLI::App& app, Commands& commands);
 void RegisterPlan(CLI::App& app, Commands& commands);
 void RegisterShard(CLI::App& app, Commands& commands);
 void RegisterBench(CLI::App& app, Commands& commands);
+void RegisterBenchApply(CLI::App& bench, Commands& commands);  // `bench apply`, under `bench`
 
 struct DemoOptions {
   uint64_t params = 100'000'000;

@@ -36,7 +36,7 @@ struct ApplyStats {
   bool resumed = false;
   double fetch_seconds = 0;
   double apply_seconds = 0;  // decode + apply + digest verification
-  double total_seconds = 0;
+  double total_seconds = 0;  // the PollOnce that applied it, commit reads included
 };
 class REFIT_API Receiver {
  public:

@@ -675,8 +675,10 @@ struct Receiver::Impl {
       REFIT_RETURN_NOT_OK(SaveState());
       internal::MaybeKillAt("receiver.applying");
     }
-    REFIT_ASSIGN_OR_RAISE(journal,
-                          internal::ApplyJournal::Open(JournalPath(), v, version, durable));
+    // Attached memory dies with the process (a restarted one gets a full sync unless its memory
+    // verifies), so its journal only has to outlive a failed attempt, not a crash: no fsync.
+    REFIT_ASSIGN_OR_RAISE(
+        journal, internal::ApplyJournal::Open(JournalPath(), v, version, durable && !attached));
     stats->resumed_entries = journal->resumed_entries();
     if (journal->resumed_entries() > 0) {
       std::map<std::string, TensorView*> by_name;
@@ -855,6 +857,7 @@ std::string NeedFull(const std::string& id, const std::string& why) {
 
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;
+  Stopwatch poll;
   REFIT_RETURN_NOT_OK(m.EnsureAcknowledged().status());
   REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> next, m.ReadCommit(m.version + 1));
   if (next && next->commit.version == m.abandoned) next.reset();  // given up on: a full is due
@@ -925,6 +928,7 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   }
   Result<ApplyStats> applied = m.Apply(*next);
   if (!applied.ok()) return m.Failed(c.version, applied.status());
+  applied->total_seconds = poll.Seconds();  // the whole poll: reads of commits included
   return std::optional<ApplyStats>(std::move(applied).value());
 }
 
