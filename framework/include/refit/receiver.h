@@ -6,12 +6,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "refit/config.h"
 #include "refit/delta_counters.h"
 #include "refit/export.h"
 #include "refit/registry.h"
 #include "refit/status.h"
+#include "refit/tensor.h"
 
 namespace refit {
 
@@ -52,6 +54,18 @@ class REFIT_API Receiver {
   // requested (kVersionMismatch) and the version never tried again.
   Result<std::optional<ApplyStats>> PollOnce();
 
+  // Binds the receiver's model to caller-owned memory (an inference engine's own parameters):
+  // from now on a full sync is copied into these tensors and a delta is decoded and applied in
+  // place, every record's digest verified; no model file is kept (the version, ack and journal
+  // state stay in state_dir). Each tensor is matched by name against the receiver's tensors
+  // (canonical names, or its layout's shards: e.g. vLLM's fused qkv_proj / gate_up_proj and
+  // vocab-parallel embeddings), with the same dtype and shape, else one error naming it; memory
+  // must be contiguous, writable and stay valid until the next Attach or the receiver's end.
+  // `loaded_version`: the version the caller loaded into that memory (e.g. after a restart). It
+  // is taken only if it is the receiver's committed version and the attached bits hash to what
+  // the receiver recorded for it; otherwise the receiver asks for a full sync.
+  Status Attach(const std::vector<TensorView>& tensors,
+                std::optional<uint64_t> loaded_version = std::nullopt);
   uint64_t version() const;  // 0: no committed state
   // Nonzero while the model holds part of that version (an in-place apply interrupted, or one
   // abandoned until a full sync replaces the model): the model is then not `version()`.

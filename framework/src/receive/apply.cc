@@ -190,6 +190,7 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     } else {
       REFIT_RETURN_NOT_OK(ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch));
     }
+    if (sink != nullptr && sink->applied) sink->applied(*c.tensor, c.box, r.digest);
     if (stats != nullptr) {
       ++stats->counters.records;
       stats->counters.changed_elements += r.changed;

@@ -51,6 +51,8 @@ struct ApplySink {
   // crashes (journal.h); without one (offline apply into a copy) they are applied in place.
   ApplyJournal* journal = nullptr;
   CoverageTracker* coverage = nullptr;  // full syncs
+  // After each record is applied and verified: its target, box and the digest of its new bits.
+  std::function<void(const TensorView& target, const Box& box, uint64_t digest)> applied;
 };
 
 // Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/crypto.h"
 #include "common/file_util.h"
@@ -22,6 +23,7 @@
 #include "protocol/auth.h"
 #include "protocol/verified_io.h"
 #include "receive/apply.h"
+#include "receive/box_digests.h"
 #include "receive/journal.h"
 #include "refit/kernels/diff.h"
 #include "refit/offline.h"
@@ -81,6 +83,14 @@ struct Receiver::Impl {
   std::string failed_error;
   uint64_t abandoned = 0;  // never tried again; a full sync was asked for
   std::unique_ptr<SafetensorsFile> model;
+  // Attached (Receiver::Attach): the model is caller-owned memory and there is no model file.
+  bool attached = false;
+  std::vector<TensorView> attached_views;
+  // The attached memory is not known to hold any version (it was attached without a verified
+  // loaded_version): only a full sync can be applied to it.
+  bool model_unknown = false;
+  // Attached: the digest of every record box the memory holds, to verify a loaded_version.
+  internal::BoxDigestTable digests;
   std::vector<uint8_t> payload_buffer;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
   std::vector<uint8_t> scratch;
@@ -89,6 +99,13 @@ struct Receiver::Impl {
   std::string StatePath() const { return state_dir + "/receiver.json"; }
   std::string JournalPath() const { return state_dir + "/apply.journal"; }
   std::string FailuresPath() const { return state_dir + "/failures.json"; }
+  std::string DigestsPath() const { return state_dir + "/digests.json"; }
+
+  std::vector<TensorView> ModelTensors() const {
+    return attached ? attached_views : model->tensors();
+  }
+  // Weights in caller memory are the caller's to persist: only a model file is synced.
+  Status SyncModel() { return attached ? Status::OK() : model->Sync(); }
 
   Status SaveState() {
     json j = {{"version", version}, {"receiver", id}};
@@ -141,6 +158,14 @@ struct Receiver::Impl {
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "replacing", &saved_replacing));
     std::string saved_sha256;
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "commit_sha256", &saved_sha256));
+    if (attached) {
+      // The chain and the version stay ours; whether the memory holds it, Attach decides.
+      version = saved_version;
+      applying = saved_applying;
+      commit_sha256 = saved_sha256;
+      replacing = 0;
+      return Status::OK();
+    }
     auto file = SafetensorsFile::Open(ModelPath(), /*writable=*/true);
     if (!file.ok()) return Status::OK();
     model = std::move(file).value();
@@ -232,7 +257,7 @@ struct Receiver::Impl {
   Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats,
                        internal::ApplySink* sink) {
     std::map<std::string, TensorView*> by_name;
-    std::vector<TensorView> tensors = model->tensors();
+    std::vector<TensorView> tensors = ModelTensors();
     for (TensorView& t : tensors) by_name[t.name] = &t;
     internal::TensorResolver resolve;
     if (canonical) {
@@ -320,7 +345,8 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  Status ApplyFull(const Commit& c, const std::vector<Manifest>& manifests, ApplyStats* stats) {
+  // The tensors a full sync declares, as this receiver holds them (its layout's shards).
+  Result<std::vector<TensorSpec>> DeclaredTensors(const std::vector<Manifest>& manifests) const {
     std::vector<TensorSpec> specs;
     std::map<std::string, size_t> seen;
     for (const Manifest& m : manifests) {
@@ -332,6 +358,64 @@ struct Receiver::Impl {
       // Our shards of those canonical tensors, as the layout names and shapes them.
       REFIT_ASSIGN_OR_RAISE(specs, layout->ListLocal(specs));
     }
+    return specs;
+  }
+
+  // The attached tensors are exactly the ones full version v declares (names, dtypes, shapes).
+  Status CheckAttachedMatch(const std::vector<TensorSpec>& specs, uint64_t v) const {
+    std::map<std::string, const TensorView*> views;
+    for (const TensorView& t : attached_views) views[t.name] = &t;
+    const std::string in = " (full sync version " + std::to_string(v) + ")";
+    for (const TensorSpec& s : specs) {
+      auto it = views.find(s.name);
+      if (it == views.end()) return Status::Invalid("tensor '" + s.name + "' is not attached" + in);
+      const TensorView& t = *it->second;
+      if (t.dtype != s.dtype || t.shape != s.shape) {
+        return Status::Invalid("attached tensor '" + s.name + "' is " +
+                               std::string(NameOf(t.dtype)) + ShapeToString(t.shape) +
+                               ", the receiver's is " + std::string(NameOf(s.dtype)) +
+                               ShapeToString(s.shape) + in);
+      }
+      views.erase(it);
+    }
+    if (!views.empty()) {
+      return Status::Invalid("attached tensor '" + views.begin()->first +
+                             "' is not a tensor of this receiver" + in);
+    }
+    return Status::OK();
+  }
+
+  // A full sync into attached memory: copied in place (there is no second copy to swap in), so
+  // the memory is `applying` it from the first write until every record verified.
+  Status ApplyFullAttached(const Commit& c, const std::vector<Manifest>& manifests,
+                           ApplyStats* stats) {
+    REFIT_ASSIGN_OR_RAISE(std::vector<TensorSpec> specs, DeclaredTensors(manifests));
+    REFIT_RETURN_NOT_OK(CheckAttachedMatch(specs, c.version));
+    internal::CoverageTracker coverage;
+    internal::ApplySink sink;
+    sink.coverage = &coverage;
+    bool began = false;
+    sink.before_write = [&]() -> Status {
+      if (began) return Status::OK();
+      began = true;
+      applying = c.version;
+      model_unknown = true;
+      digests.Reset(c.version);
+      return SaveState();
+    };
+    sink.applied = [&](const TensorView& t, const Box& box, uint64_t digest) {
+      digests.Record(t.name, box, digest, /*full=*/true);
+    };
+    REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, stats, &sink));
+    REFIT_RETURN_NOT_OK(
+        CheckCoverage(coverage).WithContext("version " + std::to_string(c.version)));
+    model_unknown = false;
+    return Status::OK();
+  }
+
+  Status ApplyFull(const Commit& c, const std::vector<Manifest>& manifests, ApplyStats* stats) {
+    if (attached) return ApplyFullAttached(c, manifests, stats);
+    REFIT_ASSIGN_OR_RAISE(std::vector<TensorSpec> specs, DeclaredTensors(manifests));
     REFIT_RETURN_NOT_OK(CheckRoomFor(c.version, specs));
     const std::string tmp = ModelPath() + ".incoming";
     model.reset();
@@ -358,19 +442,30 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  // Every element of the new model that a record should write was written exactly once.
-  Status CheckCoverage(const internal::CoverageTracker& coverage) const {
-    const std::vector<TensorView> tensors = model->tensors();
-    if (canonical) return coverage.Check(tensors);
+  // The elements of each local tensor a record writes: all of them for canonical receivers,
+  // those its layout maps to canonical ones otherwise (a shard's padding rows get no record).
+  Result<std::map<std::string, uint64_t>> MappedElements(
+      const std::vector<TensorView>& tensors) const {
+    std::map<std::string, uint64_t> mapped;
+    if (canonical) {
+      for (const TensorView& t : tensors) mapped[t.name] = t.num_elements();
+      return mapped;
+    }
     REFIT_ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
                           internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
-    std::map<std::string, uint64_t> mapped;
     for (const internal::LocalSlice& s : slices) {
       const refit_slice_map_t& sm = s.map.map;
       uint64_t n = 1;
       for (uint32_t d = 0; d < sm.ndim; ++d) n *= sm.extent[d];
       mapped[s.local_name] += n;
     }
+    return mapped;
+  }
+
+  // Every element of the new model that a record should write was written exactly once.
+  Status CheckCoverage(const internal::CoverageTracker& coverage) const {
+    const std::vector<TensorView> tensors = ModelTensors();
+    REFIT_ASSIGN_OR_RAISE(auto mapped, MappedElements(tensors));
     return coverage.Check(tensors, &mapped);
   }
 
@@ -429,8 +524,13 @@ struct Receiver::Impl {
         sink.journal = journal.get();
         return Status::OK();
       };
+      if (attached) {
+        sink.applied = [&](const TensorView& t, const Box& box, uint64_t digest) {
+          digests.Record(t.name, box, digest, /*full=*/false);
+        };
+      }
       REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, &stats, &sink));
-      REFIT_RETURN_NOT_OK(model->Sync());
+      REFIT_RETURN_NOT_OK(SyncModel());
       internal::MaybeKillAt("receiver.model_synced");
       applying = 0;
     }
@@ -438,6 +538,11 @@ struct Receiver::Impl {
     replacing = 0;
     commit_sha256 = read.sha256;
     REFIT_RETURN_NOT_OK(SaveState());
+    if (attached) {
+      // What the memory now holds, to verify a loaded_version after a restart.
+      digests.set_version(version);
+      REFIT_RETURN_NOT_OK(internal::WriteFileAtomic(DigestsPath(), digests.Serialize()));
+    }
     failed_version = failed_count = 0;
     failed_error.clear();
     if (c.full) abandoned = 0;
@@ -503,7 +608,7 @@ struct Receiver::Impl {
     stats->resumed_entries = journal->resumed_entries();
     if (journal->resumed_entries() > 0) {
       std::map<std::string, TensorView*> by_name;
-      std::vector<TensorView> tensors = model->tensors();
+      std::vector<TensorView> tensors = ModelTensors();
       for (TensorView& t : tensors) by_name[t.name] = &t;
       REFIT_RETURN_NOT_OK(journal->Replay(by_name));
     }
@@ -623,6 +728,43 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   return r;
 }
 
+Status Receiver::Attach(const std::vector<TensorView>& tensors,
+                        std::optional<uint64_t> loaded_version) {
+  Impl& m = *impl_;
+  std::set<std::string> names;
+  for (const TensorView& t : tensors) {
+    if (t.name.empty()) return Status::Invalid("Attach: a tensor has an empty name");
+    if (!names.insert(t.name).second) {
+      return Status::Invalid("Attach: tensor '" + t.name + "' is given twice");
+    }
+    REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(t.shape));
+    if (n != 0 && t.data == nullptr) {
+      return Status::Invalid("Attach: tensor '" + t.name + "' has no memory");
+    }
+  }
+  m.model.reset();
+  m.attached = true;
+  m.attached_views = tensors;
+  m.version = m.applying = 0;
+  m.commit_sha256.clear();
+  REFIT_RETURN_NOT_OK(m.LoadState());
+  m.model_unknown = true;
+  auto text = internal::ReadSmallFile(m.DigestsPath(), 1ull << 30);
+  if (text.ok()) {
+    auto table = internal::BoxDigestTable::Parse(text.value(), m.DigestsPath());
+    if (table.ok()) m.digests = std::move(table).value();
+  }
+  if (loaded_version && *loaded_version == m.version && m.version != 0 && m.applying == 0 &&
+      m.digests.version() == m.version) {
+    REFIT_ASSIGN_OR_RAISE(auto mapped, m.MappedElements(tensors));
+    m.model_unknown = !m.digests.Matches(tensors, mapped);
+  }
+  // Memory that holds no known version is neither `version` nor mid-apply of one: only a full
+  // sync fits it, and PollOnce asks for one.
+  m.applying = 0;
+  return Status::OK();
+}
+
 uint64_t Receiver::version() const { return impl_->version; }
 uint64_t Receiver::applying() const { return impl_->applying; }
 std::string Receiver::model_path() const { return impl_->ModelPath(); }
@@ -651,7 +793,7 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
                         CommitKey(m.version) + ")"));
   }
   std::optional<uint64_t> newest;
-  if (!next || m.version == 0 || m.asked_full) {
+  if (!next || m.version == 0 || m.asked_full || m.model_unknown) {
     // Without a usable next delta, jump to the newest full sync we may take, if one is there.
     REFIT_ASSIGN_OR_RAISE(std::vector<uint64_t> versions, m.ListCommits(m.version));
     if (!versions.empty()) newest = versions.front();
@@ -667,6 +809,12 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
       REFIT_RETURN_NOT_OK(m.RequestFull(why));
       return Status::VersionMismatch(why);
     }
+    if (m.model_unknown && m.version != 0) {
+      std::string why = NeedFull(
+          m.id, "has attached memory not known to hold version " + std::to_string(m.version));
+      REFIT_RETURN_NOT_OK(m.RequestFull(why));
+      return Status::VersionMismatch(why);
+    }
     if (m.version == 0 && newest) {
       // Versions exist but none we can start from: ask instead of guessing.
       std::string why = NeedFull(
@@ -677,6 +825,13 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
     return std::optional<ApplyStats>();
   }
   const Commit& c = next->commit;
+  if (!c.full && m.model_unknown) {
+    std::string why = NeedFull(m.id, "has attached memory not known to hold version " +
+                                         std::to_string(m.version) + ", and version " +
+                                         std::to_string(c.version) + " is a delta");
+    REFIT_RETURN_NOT_OK(m.RequestFull(why));
+    return Status::VersionMismatch(why);
+  }
   if (!c.full && m.applying != 0 && c.version != m.applying) {
     // The model holds part of version `applying`, which cannot be completed any more.
     std::string why =
