@@ -16,8 +16,9 @@
  *   their end without breaking older callers.
  * - No C++ exception and no C++ type crosses this ABI.
  *
- * Tensors: caller-owned, contiguous, row-major CPU memory, only read during the call that takes
- * them. Element types are the refit_dtype_t codes (refit::DType's values):
+ * Tensors: caller-owned, contiguous, row-major CPU memory. A sender only reads them during the
+ * call that takes them; a receiver writes the memory it was attached to during every poll, until
+ * the next attach or its free. Element types are the refit_dtype_t codes (refit::DType's values):
  *   REFIT_DTYPE_BOOL 1, U8 2, I8 3, I16 4, I32 5, I64 6, F16 7, BF16 8, F32 9, F64 10,
  *   F8_E4M3 11, F8_E5M2 12.
  */
@@ -114,6 +115,18 @@ REFIT_API refit_status_t refit_receiver_new_from_file(const char* path,
                                                       refit_receiver_t** receiver_p);
 REFIT_API refit_status_t refit_receiver_new_from_toml(const char* toml,
                                                       refit_receiver_t** receiver_p);
+/* Binds the receiver to the caller's memory: polls then copy full syncs into these tensors and
+ * apply deltas in place. Each is matched by name, dtype and shape against the receiver's tensors
+ * (an error names the one that does not match). `loaded_version`: NULL, or the version the caller
+ * already loaded into that memory (taken only if it is the receiver's and the bits hash to it;
+ * otherwise the receiver asks for a full sync). */
+REFIT_API refit_status_t refit_receiver_attach(refit_receiver_t* receiver,
+                                               const refit_tensor_t* tensors, size_t count,
+                                               const uint64_t* loaded_version);
+REFIT_API refit_status_t refit_receiver_attach_dlpack(refit_receiver_t* receiver,
+                                                      const struct DLManagedTensor* const* tensors,
+                                                      const char* const* names, size_t count,
+                                                      const uint64_t* loaded_version);
 /* Applies the next committed version if there is one: *applied_p = 1 and `stats_p` (may be NULL)
  * filled, or *applied_p = 0 when none is ready. Does not wait. */
 REFIT_API refit_status_t refit_receiver_poll(refit_receiver_t* receiver, int32_t* applied_p,

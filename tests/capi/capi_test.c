@@ -1,10 +1,13 @@
 /* The C API (<refit.h>) from a program compiled as C99: a sender and a receiver over the disk
- * transport in a temporary directory, a full sync and two deltas whose changes include NaN
- * payloads, signed zeros, infinities and subnormals, and the error paths a C caller meets.
+ * transport in a temporary directory; the receiver attached to its own malloc'd buffers. A full
+ * sync and deltas whose changes include NaN payloads, signed zeros, infinities and subnormals
+ * (published as refit_tensor_t and as DLPack) land bit for bit in the receiver's buffers; a
+ * restarted receiver re-attaches with its loaded version; and the error paths a C caller meets.
  * Exit status 0 when every check passed; each failure prints one line.
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <dlpack/dlpack.h>
 #include <refit.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +119,41 @@ static void mutate_values(model_t* m) {
   put32(m, 4, 2, 42u);
 }
 
+/* The model's tensors as DLPack tensors borrowing the same memory. */
+typedef struct dl_model {
+  DLManagedTensor tensors[kTensors];
+  const DLManagedTensor* pointers[kTensors];
+} dl_model_t;
+
+static void dl_model_init(dl_model_t* dl, model_t* m) {
+  static const uint8_t kCodes[kTensors] = {kDLBfloat, kDLFloat, kDLFloat, kDLFloat, kDLInt};
+  memset(dl, 0, sizeof(*dl));
+  for (int t = 0; t < kTensors; ++t) {
+    DLTensor* x = &dl->tensors[t].dl_tensor;
+    x->data = m->tensors[t].data;
+    x->device.device_type = kDLCPU;
+    x->ndim = m->tensors[t].ndim;
+    x->dtype.code = kCodes[t];
+    x->dtype.bits = (uint8_t)(kElemSize[t] * 8);
+    x->dtype.lanes = 1;
+    x->shape = m->shapes[t];
+    dl->pointers[t] = &dl->tensors[t];
+  }
+}
+
+/* The receiver's memory holds the sender's bits, every byte. */
+static void check_equal(const model_t* sent, const model_t* got, uint64_t version) {
+  for (int t = 0; t < kTensors; ++t) {
+    const unsigned char* a = sent->tensors[t].data;
+    const unsigned char* b = got->tensors[t].data;
+    size_t i = 0;
+    while (i < sent->nbytes[t] && a[i] == b[i]) ++i;
+    CHECK(i == sent->nbytes[t], "version %llu: %s differs at byte %zu (%02x, sender %02x)",
+          (unsigned long long)version, kNames[t], i, i < sent->nbytes[t] ? b[i] : 0,
+          i < sent->nbytes[t] ? a[i] : 0);
+  }
+}
+
 static char g_dir[64];
 
 static void write_config(const char* path) {
@@ -129,13 +167,19 @@ static void write_config(const char* path) {
   fclose(f);
 }
 
-/* Publishes `m` as the next version and applies it on the receiver. */
-static void sync_once(refit_sender_t* sender, refit_receiver_t* receiver, const model_t* m,
-                      uint64_t expect_version, int expect_full) {
+/* Publishes `m` (through DLPack when `dl` is set) as the next version, applies it on the
+ * receiver and checks the receiver's attached memory `r` against it. */
+static void sync_once(refit_sender_t* sender, refit_receiver_t* receiver, model_t* m,
+                      const model_t* r, const dl_model_t* dl, uint64_t expect_version,
+                      int expect_full) {
   refit_sync_stats_t sent;
   memset(&sent, 0, sizeof(sent));
   sent.struct_size = sizeof(sent);
-  MUST(refit_sender_publish(sender, m->tensors, kTensors, &sent));
+  if (dl != NULL) {
+    MUST(refit_sender_publish_dlpack(sender, dl->pointers, kNames, kTensors, &sent));
+  } else {
+    MUST(refit_sender_publish(sender, m->tensors, kTensors, &sent));
+  }
   CHECK(sent.version == expect_version, "published version %llu", (unsigned long long)sent.version);
   CHECK(sent.full == expect_full, "published full=%d", (int)sent.full);
   CHECK(sent.tensors == kTensors, "published %llu tensors", (unsigned long long)sent.tensors);
@@ -155,6 +199,7 @@ static void sync_once(refit_sender_t* sender, refit_receiver_t* receiver, const 
           "receiver changed %llu elements, sender %llu",
           (unsigned long long)applied.changed_elements, (unsigned long long)sent.changed_elements);
   }
+  check_equal(m, r, expect_version);
   uint64_t version = 0;
   MUST(refit_receiver_version(receiver, &version));
   CHECK(version == expect_version, "receiver version %llu", (unsigned long long)version);
@@ -165,19 +210,59 @@ static void sync_once(refit_sender_t* sender, refit_receiver_t* receiver, const 
   CHECK(got == 0, "a second poll applied a version that was never published");
 }
 
+/* Memory of the wrong shape is refused with the tensor's name: when attached, or (the receiver
+ * learns the tensors from a full sync) by the poll that brings one. A second receiver, made from
+ * TOML text, that the sender does not wait for. */
+static void check_wrong_shape(model_t* r) {
+  char toml[512];
+  snprintf(toml, sizeof(toml),
+           "[receiver]\nid = \"r1\"\nstate_dir = \"%s/receiver1\"\n\n[transport]\n"
+           "name = \"disk\"\n\n[transport.disk]\ndir = \"%s/sync\"\nfsync = false\n",
+           g_dir, g_dir);
+  refit_receiver_t* receiver = NULL;
+  MUST(refit_receiver_new_from_toml(toml, &receiver));
+  r->shapes[0][1] = 31;
+  refit_status_t st = refit_receiver_attach(receiver, r->tensors, kTensors, NULL);
+  int32_t applied = 0;
+  if (st == REFIT_OK) st = refit_receiver_poll(receiver, &applied, NULL);
+  r->shapes[0][1] = kShapes[0][1];
+  CHECK(st == REFIT_ERR_INVALID, "a wrong shape gave %s", refit_status_name(st));
+  CHECK(strstr(refit_last_error(), kNames[0]) != NULL, "message does not name the tensor: %s",
+        refit_last_error());
+  CHECK(strcmp(refit_receiver_last_error(receiver), refit_last_error()) == 0,
+        "handle message differs: %s", refit_receiver_last_error(receiver));
+  CHECK(applied == 0, "a version was applied into memory of the wrong shape");
+  refit_receiver_free(receiver);
+}
+
 static void test_sync(const char* config_path) {
   refit_sender_t* sender = NULL;
   refit_receiver_t* receiver = NULL;
   MUST(refit_sender_new_from_file(config_path, 0, 1, &sender));
   MUST(refit_receiver_new_from_file(config_path, &receiver));
-  model_t m;
+  model_t m, r;
   model_init(&m, 11);
-  sync_once(sender, receiver, &m, 1, 1);
+  model_init(&r, 0xab); /* the receiver's own buffers start with other bits */
+  dl_model_t dl;
+  dl_model_init(&dl, &m);
+  MUST(refit_receiver_attach(receiver, r.tensors, kTensors, NULL));
+  sync_once(sender, receiver, &m, &r, NULL, 1, 1);
+  check_wrong_shape(&r);
   mutate_specials(&m);
-  sync_once(sender, receiver, &m, 2, 0);
+  sync_once(sender, receiver, &m, &r, NULL, 2, 0);
   mutate_values(&m);
-  sync_once(sender, receiver, &m, 3, 0);
+  sync_once(sender, receiver, &m, &r, &dl, 3, 0);
   MUST(refit_sender_wait(sender, 30.0));
+
+  /* A restarted engine re-attaches the memory that holds version 3: the next delta applies. */
+  refit_receiver_free(receiver);
+  MUST(refit_receiver_new_from_file(config_path, &receiver));
+  const uint64_t loaded = 3;
+  MUST(refit_receiver_attach(receiver, r.tensors, kTensors, &loaded));
+  mutate_specials(&m);
+  put16(&m, 0, 5, 0x7fff); /* bf16 NaN, all payload bits */
+  sync_once(sender, receiver, &m, &r, &dl, 4, 0);
+  model_free(&r);
   model_free(&m);
   refit_receiver_free(receiver);
   refit_sender_free(sender);

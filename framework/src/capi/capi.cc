@@ -206,6 +206,14 @@ Status PublishViews(refit_sender_t* sender, const Result<std::vector<TensorView>
   return Status::OK();
 }
 
+Status AttachViews(refit_receiver_t* receiver, const Result<std::vector<TensorView>>& views,
+                   const uint64_t* loaded_version) {
+  if (!views.ok()) return views.status();
+  std::optional<uint64_t> loaded;
+  if (loaded_version != nullptr) loaded = *loaded_version;
+  return receiver->impl->Attach(views.value(), loaded);
+}
+
 }  // namespace
 }  // namespace refit
 
@@ -275,6 +283,24 @@ refit_status_t refit_receiver_new_from_file(const char* path, refit_receiver_t**
 
 refit_status_t refit_receiver_new_from_toml(const char* toml, refit_receiver_t** receiver_p) {
   return refit::NewReceiver(toml, false, receiver_p);
+}
+
+refit_status_t refit_receiver_attach(refit_receiver_t* receiver, const refit_tensor_t* tensors,
+                                     size_t count, const uint64_t* loaded_version) {
+  if (receiver == nullptr) return refit::Report(Status::Invalid("receiver is NULL"), nullptr);
+  return Guard(&receiver->error, [&] {
+    return refit::AttachViews(receiver, refit::ViewsOf(tensors, count), loaded_version);
+  });
+}
+
+refit_status_t refit_receiver_attach_dlpack(refit_receiver_t* receiver,
+                                            const struct DLManagedTensor* const* tensors,
+                                            const char* const* names, size_t count,
+                                            const uint64_t* loaded_version) {
+  if (receiver == nullptr) return refit::Report(Status::Invalid("receiver is NULL"), nullptr);
+  return Guard(&receiver->error, [&] {
+    return refit::AttachViews(receiver, refit::ViewsOf(tensors, names, count), loaded_version);
+  });
 }
 
 refit_status_t refit_receiver_poll(refit_receiver_t* receiver, int32_t* applied_p,
