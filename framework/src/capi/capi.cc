@@ -97,8 +97,9 @@ Result<Config> ConfigFrom(const char* text, bool is_path) {
 }
 
 Result<TensorView> ViewOf(const refit_tensor_t& t, size_t index) {
-  if (t.name == nullptr)
+  if (t.name == nullptr) {
     return Status::Invalid("tensor " + std::to_string(index) + ": name is NULL");
+  }
   const std::string where = "tensor '" + std::string(t.name) + "'";
   if (FindDType(t.dtype) == nullptr) {
     return Status::Invalid(where + ": unknown dtype code " + std::to_string(t.dtype));
@@ -108,8 +109,9 @@ Result<TensorView> ViewOf(const refit_tensor_t& t, size_t index) {
   }
   TensorView view{t.name, static_cast<DType>(t.dtype), {}, t.data};
   for (int32_t d = 0; d < t.ndim; ++d) {
-    if (t.shape[d] < 0)
+    if (t.shape[d] < 0) {
       return Status::Invalid(where + ": negative dim " + std::to_string(t.shape[d]));
+    }
     view.shape.push_back(static_cast<uint64_t>(t.shape[d]));
   }
   REFIT_ASSIGN_OR_RAISE(uint64_t elements, NumElements(view.shape));
