@@ -116,10 +116,12 @@ REFIT_API refit_status_t refit_receiver_new_from_file(const char* path,
 REFIT_API refit_status_t refit_receiver_new_from_toml(const char* toml,
                                                       refit_receiver_t** receiver_p);
 /* Binds the receiver to the caller's memory: polls then copy full syncs into these tensors and
- * apply deltas in place. Each is matched by name, dtype and shape against the receiver's tensors
- * (an error names the one that does not match). `loaded_version`: NULL, or the version the caller
- * already loaded into that memory (taken only if it is the receiver's and the bits hash to it;
- * otherwise the receiver asks for a full sync). */
+ * apply deltas in place. Attach refuses a tensor given twice or without memory; the poll that
+ * brings a full sync checks the tensors against it by name, dtype and shape and fails naming the
+ * one that does not match (nothing is written then). `loaded_version`: NULL, or the version the
+ * caller already loaded into that memory (taken only if it is the receiver's committed version
+ * and the bits hash to it; otherwise the receiver asks for a full sync). The memory must stay
+ * valid until the next attach or the receiver's free. */
 REFIT_API refit_status_t refit_receiver_attach(refit_receiver_t* receiver,
                                                const refit_tensor_t* tensors, size_t count,
                                                const uint64_t* loaded_version);
