@@ -56,6 +56,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "for storage that may rot after a verified put)"},
       {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
       {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
+      {"receiver.threads", REFIT_CFG_INT, "0",
+       "threads applying a payload's records (0: hardware concurrency, 1: inline); the next "
+       "payload is fetched while one is applied"},
       {"receiver.max_model_bytes", REFIT_CFG_SIZE, "0",
        "largest model a full sync may declare (0: no bound but the free space of state_dir)"},
       {"receiver.max_apply_failures", REFIT_CFG_INT, "3",
@@ -113,6 +116,8 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.ack_timeout_s", 0, "seconds"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "sender.threads", 0, "0: hardware concurrency, 1: inline"));
+  REFIT_RETURN_NOT_OK(
+      RequireAtLeast(config, "receiver.threads", 0, "0: hardware concurrency, 1: inline"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <latch>
+#include <mutex>
 
+#include "common/worker_pool.h"
 #include "faults/faults.h"
 #include "receive/journal.h"
 #include "refit/kernels/diff.h"
@@ -15,10 +18,16 @@ namespace refit::internal {
 // already and is skipped.
 Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
                       const std::string& where, TensorView& target, const Box& box,
-                      std::vector<uint8_t>& scratch, ApplyJournal& journal, ApplyStats* stats) {
+                      std::vector<uint8_t>& scratch, ApplyJournal& journal, ApplyStats* stats,
+                      std::mutex& journal_mu) {
   const RecordHeader& r = payload.records()[index];
   const std::string id = payload.label() + "#" + std::to_string(index);
-  if (journal.Has(id)) {
+  bool journaled;
+  {
+    std::lock_guard<std::mutex> lock(journal_mu);
+    journaled = journal.Has(id);
+  }
+  if (journaled) {
     if (stats != nullptr) ++stats->resumed_skipped_records;
     return Status::OK();
   }
@@ -48,8 +57,11 @@ Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
   for (size_t k = 0; k < positions.size(); ++k) {
     std::memcpy(values.data() + k * elem, new_bits + positions[k] * elem, elem);
   }
-  REFIT_RETURN_NOT_OK(
-      journal.Append(id, target.name, box, elem, positions, values.data()).WithContext(where));
+  {
+    std::lock_guard<std::mutex> lock(journal_mu);
+    REFIT_RETURN_NOT_OK(
+        journal.Append(id, target.name, box, elem, positions, values.data()).WithContext(where));
+  }
   if (stats != nullptr) ++stats->journaled_records;
   MaybeKillAt("receiver.journaled");
   ScatterBox(new_bits, target.shape, box, elem, target.bytes());
@@ -169,34 +181,88 @@ Result<std::vector<CheckedRecord>> CheckRecords(const Payload& payload, Encoding
 
 }  // namespace
 
+namespace {
+
+// Applies the records i with i % stride == first, in order; counts into `stats` (this worker's
+// own), stops at the first failure and returns it with its record index.
+struct StripeResult {
+  Status status;
+  size_t failed_index = SIZE_MAX;
+  ApplyStats stats;
+};
+
+void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked, size_t first,
+                 size_t stride, ApplySink* sink, std::mutex& mu, std::vector<uint8_t>& scratch,
+                 StripeResult* out) {
+  ApplyJournal* journal = sink != nullptr ? sink->journal : nullptr;
+  const auto& records = payload.records();
+  for (size_t i = first; i < records.size(); i += stride) {
+    const RecordHeader& r = records[i];
+    const CheckedRecord& c = checked[i];
+    if (c.tensor == nullptr) continue;
+    Status st = journal != nullptr && r.op != REFIT_OP_OVERWRITE
+                    ? ApplyJournaled(payload, i, *c.encoding, RecordWhere(payload, i), *c.tensor,
+                                     c.box, scratch, *journal, &out->stats, mu)
+                    : ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch);
+    if (!st.ok()) {
+      out->status = st;
+      out->failed_index = i;
+      return;
+    }
+    if (sink != nullptr && (sink->coverage != nullptr || sink->applied)) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (sink->coverage != nullptr) sink->coverage->Add(*c.tensor, c.box);
+      if (sink->applied) sink->applied(*c.tensor, c.box, r.digest);
+    }
+    ++out->stats.counters.records;
+    out->stats.counters.changed_elements += r.changed;
+  }
+}
+
+}  // namespace
+
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
                     uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
                     ApplySink* sink) {
   REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
                         CheckRecords(payload, encodings, resolve, max_record_bytes));
-  const bool writes = std::any_of(checked.begin(), checked.end(),
-                                  [](const CheckedRecord& c) { return c.tensor != nullptr; });
-  if (writes && sink != nullptr && sink->before_write) REFIT_RETURN_NOT_OK(sink->before_write());
-  ApplyJournal* journal = sink != nullptr ? sink->journal : nullptr;
-  const auto& records = payload.records();
-  for (size_t i = 0; i < records.size(); ++i) {
-    const RecordHeader& r = records[i];
-    const CheckedRecord& c = checked[i];
-    if (c.tensor == nullptr) continue;
-    if (sink != nullptr && sink->coverage != nullptr) sink->coverage->Add(*c.tensor, c.box);
-    if (journal != nullptr && r.op != REFIT_OP_OVERWRITE) {
-      REFIT_RETURN_NOT_OK(ApplyJournaled(payload, i, *c.encoding, RecordWhere(payload, i),
-                                         *c.tensor, c.box, scratch, *journal, stats));
-    } else {
-      REFIT_RETURN_NOT_OK(ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch));
-    }
-    if (sink != nullptr && sink->applied) sink->applied(*c.tensor, c.box, r.digest);
-    if (stats != nullptr) {
-      ++stats->counters.records;
-      stats->counters.changed_elements += r.changed;
-    }
+  const size_t writing = std::count_if(checked.begin(), checked.end(),
+                                       [](const CheckedRecord& c) { return c.tensor != nullptr; });
+  if (writing > 0 && sink != nullptr && sink->before_write) {
+    REFIT_RETURN_NOT_OK(sink->before_write());
   }
-  return Status::OK();
+  // Records of one payload write disjoint boxes: with a pool they are applied in parallel
+  // stripes (this thread takes the first). The journal and the sink's hooks are serialized.
+  WorkerPool* pool = sink != nullptr ? sink->pool : nullptr;
+  const size_t stripes =
+      pool == nullptr ? 1 : std::min<size_t>(std::max<size_t>(writing, 1), sink->threads);
+  std::vector<StripeResult> results(stripes);
+  std::mutex mu;
+  if (stripes > 1) {
+    std::latch done(static_cast<std::ptrdiff_t>(stripes - 1));
+    for (size_t k = 1; k < stripes; ++k) {
+      pool->Submit([&, k] {
+        std::vector<uint8_t> own_scratch;
+        ApplyStripe(payload, checked, k, stripes, sink, mu, own_scratch, &results[k]);
+        done.count_down();
+      });
+    }
+    ApplyStripe(payload, checked, 0, stripes, sink, mu, scratch, &results[0]);
+    done.wait();
+  } else {
+    ApplyStripe(payload, checked, 0, 1, sink, mu, scratch, &results[0]);
+  }
+  const StripeResult* failed = nullptr;
+  for (const StripeResult& r : results) {
+    if (stats != nullptr) {
+      stats->counters.records += r.stats.counters.records;
+      stats->counters.changed_elements += r.stats.counters.changed_elements;
+      stats->journaled_records += r.stats.journaled_records;
+      stats->resumed_skipped_records += r.stats.resumed_skipped_records;
+    }
+    if (!r.status.ok() && (failed == nullptr || r.failed_index < failed->failed_index)) failed = &r;
+  }
+  return failed == nullptr ? Status::OK() : failed->status;
 }
 
 namespace {

@@ -25,6 +25,7 @@ using TensorResolver = std::function<Result<ApplyTarget>(const RecordHeader& rec
 TensorResolver CanonicalResolver(std::map<std::string, TensorView*> tensors);
 
 class ApplyJournal;  // journal.h
+class WorkerPool;    // common/worker_pool.h
 
 // The boxes a full sync's records wrote, per target tensor: a full sync must cover every element
 // of every tensor exactly once (a version that lists a tensor and sends no record for it, or
@@ -51,8 +52,12 @@ struct ApplySink {
   // crashes (journal.h); without one (offline apply into a copy) they are applied in place.
   ApplyJournal* journal = nullptr;
   CoverageTracker* coverage = nullptr;  // full syncs
-  // After each record is applied and verified: its target, box and the digest of its new bits.
+  // After each record is applied and verified: its target, box and the digest of its new bits
+  // (called under a lock: records may be applied on several threads).
   std::function<void(const TensorView& target, const Box& box, uint64_t digest)> applied;
+  // With a pool, a payload's records are applied by `threads` threads (the caller's included).
+  WorkerPool* pool = nullptr;
+  size_t threads = 1;
 };
 
 // Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies

@@ -7,15 +7,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "common/crypto.h"
 #include "common/file_util.h"
 #include "common/state_json.h"
 #include "common/stopwatch.h"
+#include "common/worker_pool.h"
 #include "faults/faults.h"
 #include "format/model_file.h"
 #include "plugins/encoding_cache.h"
@@ -35,6 +39,45 @@ using internal::Stopwatch;
 using json = nlohmann::json;
 
 namespace {
+
+// A payload read whole and checked against its manifest entry (size, xxh3, and SHA-256 when named).
+Status FetchVerifiedPayload(Transport& transport, const PayloadRef& p,
+                            std::vector<uint8_t>& buffer) {
+  Status st = internal::GetVerified(transport, p.key, p.bytes, p.xxh3, buffer);
+  if (st.ok() && !p.sha256.empty() && internal::Sha256Hex(buffer.data(), p.bytes) != p.sha256) {
+    st = Status::Corrupt("refused: its SHA-256 differs from its manifest's");
+  }
+  return st;
+}
+
+// A payload fetched on a pool thread, whose Status is waited for (a future's shared state would be
+// an exported template instantiation of librefit's public class).
+struct Prefetch {
+  bool pending = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  void Start(internal::WorkerPool& pool, Transport& transport, const PayloadRef& p,
+             std::vector<uint8_t>& buffer) {
+    pending = true;
+    done = false;
+    pool.Submit([this, &transport, &p, &buffer] {
+      Status st = FetchVerifiedPayload(transport, p, buffer);
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(st);
+      done = true;
+      cv.notify_one();
+    });
+  }
+  Status Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    pending = false;
+    return status;
+  }
+};
 
 // A commit as read from the transport, with the SHA-256 of its bytes (the chain's link).
 struct CommitRead {
@@ -92,6 +135,11 @@ struct Receiver::Impl {
   // Attached: the digest of every record box the memory holds, to verify a loaded_version.
   internal::BoxDigestTable digests;
   std::vector<uint8_t> payload_buffer;
+  std::vector<uint8_t> next_buffer;  // the payload fetched while payload_buffer's is applied
+  // Applies a payload's records on `threads` threads (receiver.threads).
+  std::unique_ptr<internal::WorkerPool> pool;
+  std::unique_ptr<internal::WorkerPool> prefetcher = std::make_unique<internal::WorkerPool>(1);
+  size_t threads = 1;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
   std::vector<uint8_t> scratch;
 
@@ -267,29 +315,53 @@ struct Receiver::Impl {
                             internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
       resolve = internal::SliceResolver(std::move(slices), by_name, /*skip_foreign=*/true);
     }
+    sink->pool = pool.get();
+    sink->threads = threads;
+    std::vector<std::pair<uint64_t, const PayloadRef*>> order;
     for (const Manifest& m : manifests) {
-      for (const PayloadRef& p : m.payloads) {
-        if (p.bytes > apply_bytes) {
-          return Status::Invalid(
-              p.key + ": payload of " + std::to_string(p.bytes) +
-              " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
-        }
-        Stopwatch fetch;
-        if (prefetched != p.key) REFIT_RETURN_NOT_OK(FetchPayload(m.version, p));
-        prefetched.clear();
-        stats->fetch_seconds += fetch.Seconds();
-        Stopwatch apply;
-        REFIT_ASSIGN_OR_RAISE(Payload payload,
-                              Payload::Parse(payload_buffer.data(), p.bytes, p.key));
-        REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, apply_bytes,
-                                                   scratch, stats, sink));
-        stats->apply_seconds += apply.Seconds();
-        stats->payloads++;
-        stats->payload_bytes += p.bytes;
-        internal::MaybeKillAt("receiver.record_applied");
+      for (const PayloadRef& p : m.payloads) order.emplace_back(m.version, &p);
+    }
+    // The next payload is fetched (and verified) on another thread while this one is applied:
+    // two payload buffers at most.
+    Prefetch next_fetch;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const auto [v, p] = order[i];
+      if (p->bytes > apply_bytes) {
+        return Status::Invalid(
+            p->key + ": payload of " + std::to_string(p->bytes) +
+            " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
       }
+      Stopwatch fetch;
+      if (next_fetch.pending) {
+        Status fetched = next_fetch.Wait();
+        if (!fetched.ok()) return Rejected(v, *p, fetched);
+        payload_buffer.swap(next_buffer);
+      } else if (prefetched != p->key) {
+        REFIT_RETURN_NOT_OK(FetchInto(v, *p, payload_buffer));
+      }
+      prefetched.clear();
+      stats->fetch_seconds += fetch.Seconds();
+      if (i + 1 < order.size() && order[i + 1].second->bytes <= apply_bytes) {
+        next_fetch.Start(*prefetcher, *transport, *order[i + 1].second, next_buffer);
+      }
+      Stopwatch apply;
+      Status applied = ApplyOne(*p, resolve, stats, sink);
+      if (!applied.ok()) {
+        if (next_fetch.pending) (void)next_fetch.Wait();
+        return applied;
+      }
+      stats->apply_seconds += apply.Seconds();
+      stats->payloads++;
+      stats->payload_bytes += p->bytes;
+      internal::MaybeKillAt("receiver.record_applied");
     }
     return Status::OK();
+  }
+
+  Status ApplyOne(const PayloadRef& p, const internal::TensorResolver& resolve, ApplyStats* stats,
+                  internal::ApplySink* sink) {
+    REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(payload_buffer.data(), p.bytes, p.key));
+    return internal::ApplyPayload(payload, *encodings, resolve, apply_bytes, scratch, stats, sink);
   }
 
   // Fetches one payload into payload_buffer and checks it against its manifest entry (a failed
@@ -297,11 +369,11 @@ struct Receiver::Impl {
   // rejected by name, with the records it holds: none of them is applied.
   Status FetchPayload(uint64_t v, const PayloadRef& p) {
     prefetched.clear();
-    Status st = internal::GetVerified(*transport, p.key, p.bytes, p.xxh3, payload_buffer);
-    if (st.ok() && !p.sha256.empty() &&
-        internal::Sha256Hex(payload_buffer.data(), p.bytes) != p.sha256) {
-      st = Status::Corrupt("refused: its SHA-256 differs from its manifest's");
-    }
+    return FetchInto(v, p, payload_buffer);
+  }
+
+  Status FetchInto(uint64_t v, const PayloadRef& p, std::vector<uint8_t>& buffer) {
+    Status st = FetchVerifiedPayload(*transport, p, buffer);
     return st.ok() ? st : Rejected(v, p, st);
   }
 
@@ -702,6 +774,10 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(m.verify_payloads_first,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
+  REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("receiver.threads", 0));
+  m.threads = threads > 0 ? static_cast<size_t>(threads)
+                          : std::max<size_t>(1, std::thread::hardware_concurrency());
+  if (m.threads > 1) m.pool = std::make_unique<internal::WorkerPool>(m.threads - 1);
   REFIT_ASSIGN_OR_RAISE(int64_t max_failures, m.config.GetInt("receiver.max_apply_failures", 3));
   m.max_failures = static_cast<uint64_t>(std::max<int64_t>(1, max_failures));
   REFIT_ASSIGN_OR_RAISE(m.auth_key, internal::LoadAuthKey(m.config));
