@@ -30,6 +30,9 @@ install(TARGETS refit refit_headers refit_kernels
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/framework/include/refit
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*_internal.h" EXCLUDE)
+# The C API, included as <refit.h> (the C++ umbrella is refit/refit.h).
+install(FILES ${PROJECT_SOURCE_DIR}/framework/include/refit.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/kernels/include/refit
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh" PATTERN "*_internal.h" EXCLUDE)

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "refit/c_types.h" /* status and dtype codes, shared with the C API <refit.h> */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,40 +31,10 @@ extern "C" {
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
-/* Same values as refit::StatusCode. */
-typedef enum refit_status_code {
-  REFIT_OK = 0,
-  REFIT_ERR_INVALID = 1,
-  REFIT_ERR_NOT_FOUND = 2,
-  REFIT_ERR_IO = 3,
-  REFIT_ERR_CORRUPT = 4,
-  REFIT_ERR_UNSUPPORTED = 5,
-  REFIT_ERR_VERSION = 6,
-  REFIT_ERR_EXISTS = 7,
-  REFIT_ERR_TIMEOUT = 8,
-  REFIT_ERR_INTERNAL = 9
-} refit_status_code_t;
-
 typedef struct refit_error {
   int32_t code;
   char message[1024]; /* NUL-terminated, truncated if longer */
 } refit_error_t;
-
-/* Element types. Values are stored in wire records: never renumber. */
-typedef enum refit_dtype {
-  REFIT_DTYPE_BOOL = 1,
-  REFIT_DTYPE_U8 = 2,
-  REFIT_DTYPE_I8 = 3,
-  REFIT_DTYPE_I16 = 4,
-  REFIT_DTYPE_I32 = 5,
-  REFIT_DTYPE_I64 = 6,
-  REFIT_DTYPE_F16 = 7,
-  REFIT_DTYPE_BF16 = 8,
-  REFIT_DTYPE_F32 = 9,
-  REFIT_DTYPE_F64 = 10,
-  REFIT_DTYPE_F8_E4M3 = 11,
-  REFIT_DTYPE_F8_E5M2 = 12
-} refit_dtype_t;
 
 typedef enum refit_component_kind {
   REFIT_KIND_ENCODING = 1,
