@@ -37,13 +37,13 @@ inline void WriteAll(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
-// A process running `refit args...` with stdout/stderr captured to files.
+// A process running `refit args...` (or `binary args...`) with stdout/stderr captured to files.
 class RefitProcess {
  public:
   // env: extra "NAME=value" entries for the child (e.g. REFIT_KILL_AT crash points); a bare
   // "NAME" removes NAME from the child's environment.
   RefitProcess(const std::vector<std::string>& args, const std::string& capture_prefix,
-               const std::vector<std::string>& env = {})
+               const std::vector<std::string>& env = {}, std::string binary = REFIT_CLI_PATH)
       : out_path_(capture_prefix + ".out"), err_path_(capture_prefix + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -59,12 +59,11 @@ class RefitProcess {
       ::dup2(out, 1);
       ::dup2(err, 2);
       std::vector<char*> argv;
-      std::string bin = REFIT_CLI_PATH;
-      argv.push_back(bin.data());
+      argv.push_back(binary.data());
       std::vector<std::string> copy = args;
       for (std::string& a : copy) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
+      ::execv(binary.c_str(), argv.data());
       std::_Exit(127);
     }
   }
