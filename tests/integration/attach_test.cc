@@ -167,5 +167,40 @@ TEST_F(AttachTest, MemoryThatIsNotTheDeclaredVersionGetsAFullSync) {
   ExpectSameBits(reloaded, trainer_);
 }
 
+// Attached memory has no journal (it dies with the process): xor records are decoded straight
+// into it, and a retry after a failed attempt skips the records the attempt applied.
+TEST_F(AttachTest, XorRecordsAreAppliedOnceAcrossAFailedAttempt) {
+  config_text_.insert(config_text_.find("[sender]\n") + 9, "encoding = \"xor\"\n");
+  config_text_.replace(config_text_.find("\"2KiB\""), 6, "\"1KiB\"");
+  config_text_.replace(config_text_.find("\"8KiB\""), 6, "\"4KiB\"");
+  config_ = Config::FromString(config_text_, "attach.toml").value();
+  sender_ = Sender::Make(config_).value();
+  Checkpoint engine = EngineMemory();
+  auto receiver = MakeReceiver();
+  ASSERT_TRUE(receiver->Attach(Views(engine)).ok());
+  ASSERT_NO_FATAL_FAILURE(Sync(*receiver, /*expect_full=*/true));
+  trainer_.Mutate(0.5, 11);
+  auto s = sender_->Publish(Views(trainer_));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_GE(s->payloads, 2u);
+  // The last payload rots in storage: the attempt applies the others, then fails.
+  const std::string last =
+      dir_ / ("sync/v00000002/payload.r0.00000" + std::to_string(s->payloads - 1) + ".st");
+  const std::string good = ReadAll(last);
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x40;
+  WriteAll(last, bad);
+  auto failed = receiver->PollOnce();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(receiver->applying(), 2u);
+  WriteAll(last, good);
+  auto applied = receiver->PollOnce();
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  ASSERT_TRUE(applied->has_value());
+  EXPECT_GT(applied->value().resumed_skipped_records, 0u);
+  ExpectSameBits(engine, trainer_);
+  EXPECT_FALSE(fs::exists(dir_ / "receiver/apply.journal"));
+}
+
 }  // namespace
 }  // namespace refit::testing

@@ -200,6 +200,15 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
     const RecordHeader& r = records[i];
     const CheckedRecord& c = checked[i];
     if (c.tensor == nullptr) continue;
+    std::string id;
+    if (sink != nullptr && sink->applied_ids != nullptr) {
+      id = payload.label() + "#" + std::to_string(i);
+      std::lock_guard<std::mutex> lock(mu);
+      if (sink->applied_ids->count(id) != 0) {
+        ++out->stats.resumed_skipped_records;
+        continue;
+      }
+    }
     Status st = journal != nullptr && r.op != REFIT_OP_OVERWRITE
                     ? ApplyJournaled(payload, i, *c.encoding, RecordWhere(payload, i), *c.tensor,
                                      c.box, scratch, *journal, &out->stats, mu)
@@ -209,8 +218,9 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
       out->failed_index = i;
       return;
     }
-    if (sink != nullptr && (sink->coverage != nullptr || sink->applied)) {
+    if (sink != nullptr && (sink->coverage != nullptr || sink->applied || !id.empty())) {
       std::lock_guard<std::mutex> lock(mu);
+      if (!id.empty()) sink->applied_ids->insert(id);
       if (sink->coverage != nullptr) sink->coverage->Add(*c.tensor, c.box);
       if (sink->applied) sink->applied(*c.tensor, c.box, r.digest);
     }

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ struct ApplySink {
   // After each record is applied and verified: its target, box and the digest of its new bits
   // (called under a lock: records may be applied on several threads).
   std::function<void(const TensorView& target, const Box& box, uint64_t digest)> applied;
+  // Without a journal: the ids of records already applied in memory by an earlier attempt at
+  // this version (skipped) and, after this call, those applied now. xor/step records are then
+  // decoded straight into their target, like overwrite records: memory that outlives no crash
+  // needs no redo log, only to never apply a record twice.
+  std::set<std::string>* applied_ids = nullptr;
   // With a pool, a payload's records are applied by `threads` threads (the caller's included).
   WorkerPool* pool = nullptr;
   size_t threads = 1;

@@ -134,6 +134,10 @@ struct Receiver::Impl {
   bool model_unknown = false;
   // Attached: the digest of every record box the memory holds, to verify a loaded_version.
   internal::BoxDigestTable digests;
+  // Attached: the records of version applied_version already in memory (an attempt that failed
+  // part way), so that a retry applies each xor/step record once.
+  uint64_t applied_version = 0;
+  std::set<std::string> applied_records;
   std::vector<uint8_t> payload_buffer;
   std::vector<uint8_t> next_buffer;  // the payload fetched while payload_buffer's is applied
   // Applies a payload's records on `threads` threads (receiver.threads).
@@ -594,6 +598,7 @@ struct Receiver::Impl {
         began = true;
         REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
         sink.journal = journal.get();
+        if (attached) sink.applied_ids = &applied_records;
         return Status::OK();
       };
       if (attached) {
@@ -675,10 +680,19 @@ struct Receiver::Impl {
       REFIT_RETURN_NOT_OK(SaveState());
       internal::MaybeKillAt("receiver.applying");
     }
-    // Attached memory dies with the process (a restarted one gets a full sync unless its memory
-    // verifies), so its journal only has to outlive a failed attempt, not a crash: no fsync.
-    REFIT_ASSIGN_OR_RAISE(
-        journal, internal::ApplyJournal::Open(JournalPath(), v, version, durable && !attached));
+    if (attached) {
+      // Attached memory dies with the process (a restarted one gets a full sync unless its
+      // memory verifies): no journal to survive a crash, only the records an earlier attempt
+      // of this version applied, to skip.
+      if (applied_version != v) {
+        applied_version = v;
+        applied_records.clear();
+      }
+      stats->resumed_skipped_records = 0;
+      return Status::OK();
+    }
+    REFIT_ASSIGN_OR_RAISE(journal,
+                          internal::ApplyJournal::Open(JournalPath(), v, version, durable));
     stats->resumed_entries = journal->resumed_entries();
     if (journal->resumed_entries() > 0) {
       std::map<std::string, TensorView*> by_name;
