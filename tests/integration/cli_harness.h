@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -120,6 +122,21 @@ inline int LineCount(const std::string& text) {
   for (char c : text) n += c == '\n';
   if (!text.empty() && text.back() != '\n') ++n;
   return n;
+}
+
+// Every entry under `root`: kind, mtime and contents - a canary tree compared before and after a
+// run to prove nothing outside the roots was created, changed or deleted.
+inline std::map<std::string, std::string> SnapshotTree(const std::string& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    struct stat sb {};
+    ::lstat(entry.path().c_str(), &sb);
+    std::string value = std::to_string(sb.st_mode) + "@" + std::to_string(sb.st_mtim.tv_sec) + "." +
+                        std::to_string(sb.st_mtim.tv_nsec);
+    if (entry.is_regular_file()) value += ":" + ReadAll(entry.path().string());
+    out[entry.path().string()] = value;
+  }
+  return out;
 }
 
 class TempDir {

@@ -58,18 +58,7 @@ class HostileDirTest : public ::testing::Test {
   std::string Sync(const std::string& key) const { return dir_ / ("sync/" + key); }
 
   // Every entry outside the sync directory's tree: kind, mtime and contents.
-  std::map<std::string, std::string> Snapshot() const {
-    std::map<std::string, std::string> out;
-    for (const auto& entry : fs::recursive_directory_iterator(outside_)) {
-      struct stat sb {};
-      ::lstat(entry.path().c_str(), &sb);
-      std::string value = std::to_string(sb.st_mode) + "@" + std::to_string(sb.st_mtim.tv_sec) +
-                          "." + std::to_string(sb.st_mtim.tv_nsec);
-      if (entry.is_regular_file()) value += ":" + ReadAll(entry.path().string());
-      out[entry.path().string()] = value;
-    }
-    return out;
-  }
+  std::map<std::string, std::string> Snapshot() const { return SnapshotTree(outside_); }
 
   CommandResult Bounded(const std::vector<std::string>& args, int bound_s = kMaxSeconds) {
     RefitProcess p(args, dir_ / ("cmd" + std::to_string(counter_++)));
@@ -400,48 +389,9 @@ INSTANTIATE_TEST_SUITE_P(Bounds, HugeTensorTest, ::testing::Bool(),
                            return std::string(info.param ? "MaxModelBytes" : "FreeSpace");
                          });
 
-// A record of the honest version 2 whose encoded bytes fail to decode (transport checksums
-// recomputed): each recv fails it; after the third failure the receiver asks for a full sync, the
-// sender publishes one, it applies, and the next delta applies too.
-TEST_F(HostileDirTest, RecordThatFailsToDecodeLeadsToAFullSyncAfterThreeFailures) {
-  ASSERT_NO_FATAL_FAILURE(SyncFirst());
-  auto s = Send(2);
-  ASSERT_EQ(s.exit_code, 0) << s.err;
-  const SyncStore store = Store();
-  ForgedVersion v;
-  ASSERT_TRUE(store.Load(2, &v));
-  ForgedRecord* victim = nullptr;  // the record with the most encoded bytes
-  for (ForgedPayload& p : v.parts[0].payloads) {
-    for (ForgedRecord& rec : p.records) {
-      if (victim == nullptr || rec.bytes.size() > victim->bytes.size()) victim = &rec;
-    }
-  }
-  ASSERT_TRUE(victim != nullptr && victim->bytes.size() > 3);
-  victim->bytes = std::string(3, '\xff');
-  store.Store(v, 2);
-  for (int run = 1; run <= 3; ++run) {
-    const std::string what = "recv run " + std::to_string(run) + " of the undecodable version 2";
-    auto r = Recv();
-    EXPECT_NE(r.exit_code, 0) << what << " succeeded: " << r.out;
-    EXPECT_EQ(LineCount(r.err), 1) << what << ": " << r.err;
-    if (!Applying()) ExpectModelAt(1, what);
-    EXPECT_EQ(fs::exists(Sync("acks/r0/need-full")), run == 3)
-        << what << ": a need-full request should exist only after the third failure";
-  }
-  s = Send(3);
-  ASSERT_EQ(s.exit_code, 0) << "the sender did not answer the need-full request: " << s.err;
-  EXPECT_NE(s.out.find("published version 3 (full)"), std::string::npos) << s.out;
-  auto r = Recv();
-  ASSERT_EQ(r.exit_code, 0) << "the full version 3 was not applied: " << r.err;
-  ExpectModelAt(3, "after the full version 3");
-  s = Send(4);
-  ASSERT_EQ(s.exit_code, 0) << s.err;
-  EXPECT_NE(s.out.find("published version 4 (delta)"), std::string::npos) << s.out;
-  r = Recv();
-  ASSERT_EQ(r.exit_code, 0) << "the delta after the full sync was not applied: " << r.err;
-  ExpectModelAt(4, "after the delta version 4");
-  ExpectOutsideUntouched();
-}
+// A record that fails to decode (transport checksums recomputed) is the hostile case of
+// RepeatedFailureTest/UndecodableRecordDefaultLimit in receiver_stall_test.cc: abandoned after
+// three failures, replaced by a full sync, and the next delta applies.
 
 // Version 1 replayed into the next slot (version fields rewritten, its prev left as it was):
 // it does not extend the receiver's chain, so it is refused; the honest version 3 then applies.

@@ -109,18 +109,7 @@ class SyncFixture : public ::testing::Test {
   }
 
   // Every entry under the canary tree: kind, mtime and contents.
-  std::map<std::string, std::string> Snapshot() const {
-    std::map<std::string, std::string> out;
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(outside_)) {
-      struct stat sb {};
-      ::lstat(entry.path().c_str(), &sb);
-      std::string value = std::to_string(sb.st_mode) + "@" + std::to_string(sb.st_mtim.tv_sec) +
-                          "." + std::to_string(sb.st_mtim.tv_nsec);
-      if (entry.is_regular_file()) value += ":" + ReadAll(entry.path().string());
-      out[entry.path().string()] = value;
-    }
-    return out;
-  }
+  std::map<std::string, std::string> Snapshot() const { return SnapshotTree(outside_); }
   void ExpectOutsideUntouched() const {
     EXPECT_EQ(Snapshot(), canary_) << "a file outside the sync and state roots changed";
   }
