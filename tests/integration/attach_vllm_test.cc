@@ -11,68 +11,32 @@
 #include <memory>
 
 #include "cli_harness.h"
+#include "llama_checkpoint.h"
 
 namespace refit::testing {
 namespace {
 
-struct LlamaShape {
-  int layers = 6;
-  int hidden = 512;
-  int heads = 8;
-  int kv_heads = 2;  // GQA: one kv head per TP rank
-  int head_dim = 64;
-  int ffn = 1536;
-  int vocab = 32003;  // padded to 32064 (vocab_pad 64): rank 1's last 61 rows are padding
-};
-
-// Deltas of ~1.5% (4.6 MB here) span three payloads: the receiver prefetches the next while one is
-// applied, so both payload buffers are in use during a delta.
-constexpr uint64_t kBucketBytes = 2ull << 20;
-constexpr uint64_t kSlackBytes = 64ull << 20;
-
-// A Llama-like HF checkpoint of bf16 bits (random, adversarial patterns at each tensor's start).
-Checkpoint MakeLlama(const LlamaShape& m, uint64_t seed) {
-  Checkpoint c;
-  std::mt19937_64 rng(seed);
-  auto add = [&](const std::string& name, Shape shape) {
-    Checkpoint::Tensor t{name, DType::kBF16, shape, {}};
-    t.bytes.resize(shape.size() == 1 ? shape[0] * 2 : shape[0] * shape[1] * 2);
-    for (size_t i = 0; i < t.bytes.size(); i += 8) {
-      const uint64_t r = rng();
-      std::memcpy(&t.bytes[i], &r, std::min<size_t>(8, t.bytes.size() - i));
-    }
-    const uint16_t patterns[] = {0x7FC1, 0xFFC3, 0x0000, 0x8000, 0x7F80, 0xFF80, 0x0001};
-    for (size_t i = 0; i < 7 && 2 * i + 1 < t.bytes.size(); ++i) {
-      std::memcpy(&t.bytes[2 * i], &patterns[i], 2);
-    }
-    c.tensors.push_back(std::move(t));
-  };
-  const uint64_t h = m.hidden, q = uint64_t(m.heads) * m.head_dim;
-  const uint64_t kv = uint64_t(m.kv_heads) * m.head_dim, f = m.ffn;
-  add("model.embed_tokens.weight", {uint64_t(m.vocab), h});
-  for (int l = 0; l < m.layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {h});
-    add(p + "self_attn.q_proj.weight", {q, h});
-    add(p + "self_attn.k_proj.weight", {kv, h});
-    add(p + "self_attn.v_proj.weight", {kv, h});
-    add(p + "self_attn.o_proj.weight", {h, q});
-    add(p + "post_attention_layernorm.weight", {h});
-    add(p + "mlp.gate_proj.weight", {f, h});
-    add(p + "mlp.up_proj.weight", {f, h});
-    add(p + "mlp.down_proj.weight", {h, f});
-  }
-  add("model.norm.weight", {h});
-  add("lm_head.weight", {uint64_t(m.vocab), h});
-  return c;
+// GQA with one kv head per TP rank; vocab 32003 is padded to 32064 (vocab_pad 64): rank 1's
+// last 61 rows are padding.
+ModelShape LlamaShape() {
+  ModelShape m;
+  m.layers = 6;
+  m.hidden = 512;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.head_dim = 64;
+  m.ffn = 1536;
+  m.vocab = 32003;
+  return m;
 }
 
-std::string VllmSection(const LlamaShape& m) {
-  return "[layout.vllm]\nnum_layers = " + std::to_string(m.layers) +
-         "\nhidden = " + std::to_string(m.hidden) + "\nnum_heads = " + std::to_string(m.heads) +
-         "\nnum_kv_heads = " + std::to_string(m.kv_heads) +
-         "\nhead_dim = " + std::to_string(m.head_dim) + "\nffn = " + std::to_string(m.ffn) +
-         "\nvocab = " + std::to_string(m.vocab) + "\ntp = 2\n\n";
+// Deltas of ~1.5% (~1.9 MB of payload here) span four payloads: the receiver prefetches the next
+// while one is applied, so both payload buffers are in use during a delta.
+constexpr uint64_t kBucketBytes = 512ull << 10;
+constexpr uint64_t kSlackBytes = 64ull << 20;
+
+std::string VllmSection(const ModelShape& m) {
+  return "[layout.vllm]\n" + ModelKeys(m) + "tp = 2\n\n";
 }
 
 std::string Transport(const TempDir& dir) {
@@ -81,7 +45,7 @@ std::string Transport(const TempDir& dir) {
 }
 
 // A canonical sender whose records are cut at the vLLM TP=2 shard boundaries.
-std::string SenderConfig(const TempDir& dir, const LlamaShape& m) {
+std::string SenderConfig(const TempDir& dir, const ModelShape& m) {
   return "[sender]\nstate_dir = \"" + dir / "sender" +
          "\"\nreceivers = [\"v0\", \"v1\"]\nack_timeout_s = 120\nbucket_bytes = " +
          std::to_string(kBucketBytes) +
@@ -93,7 +57,7 @@ std::string SenderConfig(const TempDir& dir, const LlamaShape& m) {
 
 // Receiver threads are fixed: each apply thread holds one record's scratch, so the default (the
 // host's core count) would make the memory bound depend on the machine.
-std::string ReceiverConfig(const TempDir& dir, const LlamaShape& m, int rank) {
+std::string ReceiverConfig(const TempDir& dir, const ModelShape& m, int rank) {
   const std::string id = "v" + std::to_string(rank);
   return "[receiver]\nid = \"" + id + "\"\nstate_dir = \"" + dir / ("recv-" + id) +
          "\"\npoll_interval_ms = 10\nthreads = 2\nrank = " + std::to_string(rank) +
@@ -164,7 +128,7 @@ void CheckEngine(int rank, const CommandResult& r, int versions) {
   const std::string method = r.out.substr(from, r.out.find('\n', from) - from);
   std::printf(
       "engine %d: peak resident during deltas %.1f MiB %s\n"
-      "  bound %.1f MiB = attached %.1f MiB + 2 x %.0f MiB buckets + %.0f MiB;"
+      "  bound %.1f MiB = attached %.1f MiB + 2 x %.2f MiB buckets + %.0f MiB;"
       " %.1f MiB above attached + 2 buckets\n",
       rank, peak / 1048576.0, method.c_str(), bound / 1048576.0, attached / 1048576.0,
       kBucketBytes / 1048576.0, kSlackBytes / 1048576.0,
@@ -174,14 +138,14 @@ void CheckEngine(int rank, const CommandResult& r, int versions) {
 
 TEST(AttachVllm, FusedTp2ShardsTakeDeltasInPlaceBitExactWithinTheMemoryBound) {
   TempDir dir;
-  const LlamaShape m;
+  const ModelShape m = LlamaShape();
   const int versions = 3;
   WriteAll(dir / "sender.toml", SenderConfig(dir, m));
   for (int r = 0; r < 2; ++r) {
     WriteAll(dir / ("v" + std::to_string(r) + ".toml"), ReceiverConfig(dir, m, r));
   }
   // What the engines loaded before any sync: other weights (their padding rows zero).
-  Checkpoint initial = MakeLlama(m, 3);
+  Checkpoint initial = MakeHf(m, 3);
   ASSERT_TRUE(initial.Write(dir / "hf0.safetensors"));
   ShardVllm(dir, dir / "hf0.safetensors", dir / "shards0");
   std::filesystem::remove(dir / "hf0.safetensors");
@@ -189,7 +153,7 @@ TEST(AttachVllm, FusedTp2ShardsTakeDeltasInPlaceBitExactWithinTheMemoryBound) {
   std::vector<std::unique_ptr<RefitProcess>> engines;
   for (int r = 0; r < 2; ++r) engines.push_back(StartEngine(dir, r, dir / "shards0", versions));
 
-  Checkpoint hf = MakeLlama(m, 7);
+  Checkpoint hf = MakeHf(m, 7);
   for (int v = 1; v <= versions; ++v) {
     if (v > 1) hf.Mutate(0.015, 40 + v);  // NaN payloads, +-0, inf among the changes
     ASSERT_NO_FATAL_FAILURE(Publish(dir, hf, v));
