@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "refit/refit.h"
 
 namespace {
@@ -51,20 +52,6 @@ struct Parameter {
   refit::DType dtype = refit::DType::kU8;
   refit::Shape shape;
   std::vector<uint8_t> bytes;
-};
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
 };
 
 Status ReadAt(int fd, uint64_t offset, uint8_t* out, uint64_t n, const std::string& path) {
@@ -109,7 +96,7 @@ Result<std::vector<FileTensor>> ReadHeader(int fd, const std::string& path) {
 
 // The engine's parameters: every tensor of the shard file copied into heap memory.
 Result<std::vector<Parameter>> LoadParameters(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  refit::internal::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::IoError("cannot open " + path);
   REFIT_ASSIGN_OR_RAISE(std::vector<FileTensor> tensors, ReadHeader(fd.get(), path));
   std::vector<Parameter> params;
@@ -123,7 +110,7 @@ Result<std::vector<Parameter>> LoadParameters(const std::string& path) {
 
 // Same names, dtypes, shapes and bits as the tensors of `path` (read 1 MiB at a time).
 Status CompareWith(const std::string& path, const std::vector<Parameter>& params) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  refit::internal::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return Status::IoError("cannot open " + path);
   REFIT_ASSIGN_OR_RAISE(std::vector<FileTensor> tensors, ReadHeader(fd.get(), path));
   if (tensors.size() != params.size()) {
@@ -175,7 +162,7 @@ uint64_t ProcStatusBytes(const char* key) {
 // the peak since the last reset, so reading it after a delta gives the peak of that window
 // exactly (the kernel tracks every page, a sampling thread could miss a short-lived buffer).
 bool ResetPeakResident() {
-  Fd fd(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
+  refit::internal::ScopedFd fd(::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC));
   return fd.get() >= 0 && ::write(fd.get(), "5", 1) == 1;
 }
 

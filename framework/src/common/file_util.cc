@@ -46,30 +46,6 @@ constexpr char kNotRegular[] =
     "refused)";
 constexpr char kNotDirectory[] = "not a directory of its own (symbolic links are not followed)";
 
-// Closes an fd on scope exit unless released.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd = -1) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
-
 std::vector<std::string> SplitComponents(const std::string& rel) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -274,50 +250,45 @@ Status NotARegularFile(const std::string& path, const struct stat& st) {
   return Status::Invalid(path + ": not a regular file");
 }
 
+// fstat of the fd opened for `path`, which must be a regular file.
+Status StatRegularFile(int fd, const std::string& path, struct stat* st) {
+  if (::fstat(fd, st) != 0) return Status::IoError(path + ": cannot stat: " + std::strerror(errno));
+  return S_ISREG(st->st_mode) ? Status::OK() : NotARegularFile(path, *st);
+}
+
 }  // namespace
 
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   // O_NONBLOCK: a FIFO in place of the file must not wait for a writer forever.
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::IoError(Errno("open", path));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    return Status::IoError(path + ": cannot stat: " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return NotARegularFile(path, st);
-  }
+  REFIT_RETURN_NOT_OK(StatRegularFile(fd.get(), path, &st));
   std::string out;
   char buf[65536];
   while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
       return Status::IoError(Errno("read", path));
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > max_bytes) {
-      ::close(fd);
       return Status::Corrupt(path + ": larger than " + std::to_string(max_bytes) + " bytes");
     }
   }
-  ::close(fd);
   return out;
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bool writable) {
   // O_NONBLOCK: a FIFO must not block the open (fstat below refuses it).
-  const int fd =
-      ::open(path.c_str(), (writable ? O_RDWR | O_NOFOLLOW : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
+  ScopedFd fd(
+      ::open(path.c_str(), (writable ? O_RDWR | O_NOFOLLOW : O_RDONLY) | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) {
     if (errno == ENOENT) return Status::NotFound(path + ": no such file");
     if (errno == EISDIR) return Status::Invalid(path + ": is a directory");  // opened for writing
     if (errno == ELOOP && writable) {
@@ -326,15 +297,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
     return Status::IoError(path + ": cannot open: " + std::strerror(errno));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    return Status::IoError(path + ": cannot stat: " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return NotARegularFile(path, st);
-  }
+  REFIT_RETURN_NOT_OK(StatRegularFile(fd.get(), path, &st));
   std::unique_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
   file->size_ = static_cast<uint64_t>(st.st_size);
@@ -342,16 +305,11 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
   // mmap of 0 bytes fails: an empty file is an empty mapping.
   if (file->size_ > 0) {
     void* base = ::mmap(nullptr, file->size_, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                        writable ? MAP_SHARED : MAP_PRIVATE, fd, 0);
-    if (base == MAP_FAILED) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      return Status::IoError(path + ": cannot mmap: " + err);
-    }
+                        writable ? MAP_SHARED : MAP_PRIVATE, fd.get(), 0);
+    if (base == MAP_FAILED) return Status::IoError(path + ": cannot mmap: " + std::strerror(errno));
     file->data_ = static_cast<uint8_t*>(base);
   }
-  ::close(fd);  // the mapping keeps the file referenced
-  return file;
+  return file;  // closing the fd is fine: the mapping keeps the file referenced
 }
 
 MappedFile::~MappedFile() {

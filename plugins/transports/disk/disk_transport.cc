@@ -16,6 +16,8 @@
 namespace refit::disk {
 namespace {
 
+using internal::ScopedFd;
+
 constexpr size_t kMaxKeyLength = 512;
 // One pread() moves at most this much: Linux caps a single transfer near 2 GiB anyway.
 constexpr uint64_t kMaxIoChunk = uint64_t{1} << 30;
@@ -96,21 +98,6 @@ Status ValidateComponents(const std::string& text, size_t end, const char* what)
   return Status::OK();
 }
 
-// Owns an fd; closes it on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 struct WalkState {
   const std::string* root;
   const std::string* prefix;
@@ -165,7 +152,7 @@ Status Walk(int dir_fd, const std::string& rel_dir, const std::string& name_filt
   ::closedir(d);  // before recursing: depth is bounded by the key length, fds are not
   REFIT_RETURN_NOT_OK(st);
   for (const std::string& sub : subdirs) {
-    Fd sub_fd(::openat(dir_fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    ScopedFd sub_fd(::openat(dir_fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (sub_fd.get() < 0) {
       // Removed, or swapped for a link or a file, since it was listed: not ours to walk.
       if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) continue;
@@ -260,7 +247,7 @@ Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
     }
     return fd.status();
   }
-  Fd file(fd.value());
+  ScopedFd file(fd.value());
   struct stat sb;
   if (::fstat(file.get(), &sb) != 0) {
     return IoFailure("size '" + key + "': cannot stat", PathOf(key), errno);
@@ -277,7 +264,7 @@ Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf,
   if (buf == nullptr && len != 0) return Status::Invalid("get '" + key + "': null buffer");
   const std::string path = PathOf(key);
   REFIT_ASSIGN_OR_RAISE(int raw_fd, OpenObject(key));
-  Fd file(raw_fd);
+  ScopedFd file(raw_fd);
   const int fd = file.get();
   struct stat sb;
   if (::fstat(fd, &sb) != 0) return IoFailure("get '" + key + "': cannot stat", path, errno);
@@ -322,7 +309,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> DiskTransport::List(
     }
     return dir_fd.status().WithContext("disk transport: list '" + prefix + "'");
   }
-  Fd dir(dir_fd.value());
+  ScopedFd dir(dir_fd.value());
   REFIT_RETURN_NOT_OK(Walk(dir.get(), rel_dir, partial, WalkState{&options_.dir, &prefix, &out}));
   std::sort(out.begin(), out.end());
   return out;
@@ -346,7 +333,7 @@ Status DiskTransport::Remove(const std::string& key) {
     if (parent_fd.status().code() == StatusCode::kNotFound) return Status::OK();
     return parent_fd.status().WithContext("disk transport: remove '" + key + "'");
   }
-  Fd parent(parent_fd.value());
+  ScopedFd parent(parent_fd.value());
   const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
   // unlinkat removes the entry itself: a planted link goes, its target never.
   if (::unlinkat(parent.get(), name.c_str(), 0) != 0) {
