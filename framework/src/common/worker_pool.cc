@@ -1,6 +1,13 @@
 #include "common/worker_pool.h"
 
+#include <algorithm>
+
 namespace refit::internal {
+
+unsigned ResolveThreadCount(int64_t configured) {
+  if (configured > 0) return static_cast<unsigned>(std::min<int64_t>(configured, 256));
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+}
 
 WorkerPool::WorkerPool(unsigned threads) {
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });

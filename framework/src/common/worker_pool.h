@@ -1,12 +1,17 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace refit::internal {
+
+// A configured thread count (sender.threads, receiver.threads, ...): > 0 is taken (at most 256),
+// <= 0 means the machine's hardware concurrency.
+unsigned ResolveThreadCount(int64_t configured);
 
 // A fixed set of worker threads running queued tasks in submission order of start.
 class WorkerPool {

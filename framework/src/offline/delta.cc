@@ -29,7 +29,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
         out = std::move(payload);
         return Status::OK();
       },
-      options.threads == 0 ? DeltaWriter::ResolveThreads(0) : options.threads);
+      options.threads == 0 ? ResolveThreadCount(0) : options.threads);
   // One payload holds everything: sized for a sparse delta (typically a few percent of the model;
   // a denser one grows it as needed).
   uint64_t model_bytes = 0;

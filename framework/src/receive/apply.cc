@@ -238,7 +238,8 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
                         CheckRecords(payload, encodings, resolve, max_record_bytes));
   const size_t writing = std::count_if(checked.begin(), checked.end(),
                                        [](const CheckedRecord& c) { return c.tensor != nullptr; });
-  if (writing > 0 && sink != nullptr && sink->before_write) {
+  if (writing > 0 && sink != nullptr && sink->before_write && !sink->began_writing) {
+    sink->began_writing = true;
     REFIT_RETURN_NOT_OK(sink->before_write());
   }
   // Records of one payload write disjoint boxes: with a pool they are applied in parallel

@@ -49,6 +49,7 @@ struct ApplySink {
   // Called once, after every record of the payload is validated and before the first byte of a
   // target changes (the receiver marks its model `applying` and opens its journal there).
   std::function<Status()> before_write;
+  bool began_writing = false;  // before_write was called (ApplyPayload calls it only once)
   // With a journal (read after before_write), xor/step records are applied exactly once across
   // crashes (journal.h); without one (offline apply into a copy) they are applied in place.
   ApplyJournal* journal = nullptr;

@@ -470,10 +470,7 @@ struct Receiver::Impl {
     internal::CoverageTracker coverage;
     internal::ApplySink sink;
     sink.coverage = &coverage;
-    bool began = false;
     sink.before_write = [&]() -> Status {
-      if (began) return Status::OK();
-      began = true;
       applying = c.version;
       model_unknown = true;
       digests.Reset(c.version);
@@ -499,7 +496,8 @@ struct Receiver::Impl {
         tmp, specs, nullptr, {{internal::kVersionMetadataKey, std::to_string(c.version)}}));
     REFIT_ASSIGN_OR_RAISE(model, SafetensorsFile::Open(tmp, /*writable=*/true));
     internal::CoverageTracker coverage;
-    internal::ApplySink sink{{}, nullptr, &coverage};
+    internal::ApplySink sink;
+    sink.coverage = &coverage;
     Status st = ApplyPayloads(manifests, stats, &sink);
     if (st.ok()) st = CheckCoverage(coverage).WithContext("version " + std::to_string(c.version));
     if (st.ok()) st = model->Sync();
@@ -592,10 +590,7 @@ struct Receiver::Impl {
       // The model is marked `applying` (and the journal opened) only when its first byte is
       // about to change: a version refused before that leaves state, journal and model alone.
       internal::ApplySink sink;
-      bool began = false;
       sink.before_write = [&]() -> Status {
-        if (began) return Status::OK();
-        began = true;
         REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
         sink.journal = journal.get();
         if (attached) sink.applied_ids = &applied_records;
@@ -791,8 +786,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
   REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("receiver.threads", 0));
-  m.threads = threads > 0 ? static_cast<size_t>(threads)
-                          : std::max<size_t>(1, std::thread::hardware_concurrency());
+  m.threads = internal::ResolveThreadCount(threads);
   if (m.threads > 1) m.pool = std::make_unique<internal::WorkerPool>(m.threads - 1);
   REFIT_ASSIGN_OR_RAISE(int64_t max_failures, m.config.GetInt("receiver.max_apply_failures", 3));
   m.max_failures = static_cast<uint64_t>(std::max<int64_t>(1, max_failures));

@@ -33,11 +33,6 @@ struct DeltaWriter::Slot {
   double encode_seconds = 0;
 };
 
-unsigned DeltaWriter::ResolveThreads(int64_t configured) {
-  if (configured > 0) return static_cast<unsigned>(std::min<int64_t>(configured, 256));
-  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
-}
-
 DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
                          uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
                          unsigned threads)
@@ -47,7 +42,7 @@ DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_
       bucket_bytes_(std::max<uint64_t>(bucket_bytes, 1024)),
       builder_(std::move(payload_metadata)),
       flush_(std::move(flush)),
-      threads_(ResolveThreads(threads)) {
+      threads_(ResolveThreadCount(threads)) {
   // One allocation per payload instead of a reallocation chain while records are appended.
   if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
 }

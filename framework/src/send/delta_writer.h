@@ -57,8 +57,6 @@ class DeltaWriter {
   double diff_seconds = 0;    // summed over worker threads
   double encode_seconds = 0;  // summed over worker threads
 
-  static unsigned ResolveThreads(int64_t configured);  // <= 0: hardware concurrency
-
  private:
   struct Slot;
   Status Prepare();

@@ -512,7 +512,8 @@ struct Sender::Impl {
           return DropBaseline(p.key + " differs from the payload this rank published");
         }
         REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
-        internal::ApplySink sink{{}, journal.get(), nullptr};
+        internal::ApplySink sink;
+        sink.journal = journal.get();
         REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX,
                                                    scratch, nullptr, &sink));
         internal::MaybeKillAt("sender.advance");
@@ -622,7 +623,7 @@ struct Sender::Impl {
     REFIT_ASSIGN_OR_RAISE(state_dir, config.RequireString("sender.state_dir"));
     REFIT_ASSIGN_OR_RAISE(encoding, config.GetString("sender.encoding", internal::kAutoEncoding));
     REFIT_ASSIGN_OR_RAISE(int64_t configured_threads, config.GetInt("sender.threads", 0));
-    threads = internal::DeltaWriter::ResolveThreads(configured_threads);
+    threads = internal::ResolveThreadCount(configured_threads);
     REFIT_ASSIGN_OR_RAISE(bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
     REFIT_ASSIGN_OR_RAISE(chunk_bytes, config.GetSize("sender.chunk_bytes", 16ull << 20));
     if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
