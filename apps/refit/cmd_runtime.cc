@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -28,15 +29,72 @@ namespace refit::cli {
 
 namespace {
 
+using json = nlohmann::ordered_json;
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void PrintApplied(const ApplyStats& s) {
+// When the program was loaded: the process's own seconds include plugin loading.
+const double kProcessStart = Now();
+
+// "name 0.012 s, ..." of the stages that took any time.
+std::string StageLine(const std::vector<std::pair<const char*, double>>& stages) {
+  std::string line;
+  for (const auto& [name, seconds] : stages) {
+    char item[64];
+    std::snprintf(item, sizeof(item), "%s%s %.3f s", line.empty() ? "" : ", ", name, seconds);
+    line += item;
+  }
+  return line;
+}
+
+std::vector<std::pair<const char*, double>> ApplyStages(const ApplyStats& s) {
+  return {{"fetch", s.fetch_seconds},   {"decode", s.decode_seconds},
+          {"verify", s.verify_seconds}, {"log sync", s.log_sync_seconds},
+          {"write", s.write_seconds},   {"apply", s.apply_seconds},
+          {"commit", s.commit_seconds}};
+}
+
+std::vector<std::pair<const char*, double>> SendStages(const SyncStats& s) {
+  return {{"read", s.read_seconds},    {"wait", s.wait_seconds},     {"advance", s.advance_seconds},
+          {"diff", s.diff_seconds},    {"encode", s.encode_seconds}, {"put", s.send_seconds},
+          {"commit", s.commit_seconds}};
+}
+
+json StagesJson(const std::vector<std::pair<const char*, double>>& stages) {
+  json j = json::object();
+  for (const auto& [name, seconds] : stages) {
+    std::string key = name;
+    for (char& c : key) c = c == ' ' ? '_' : c;
+    j[key] = seconds;
+  }
+  return j;
+}
+
+void PrintApplied(const ApplyStats& s, bool as_json) {
+  if (as_json) {
+    json j = {{"version", s.version},
+              {"full", s.full},
+              {"records", s.counters.records},
+              {"changed_elements", s.counters.changed_elements},
+              {"payloads", s.payloads},
+              {"payload_bytes", s.payload_bytes},
+              {"resumed", s.resumed},
+              {"resumed_entries", s.resumed_entries},
+              {"resumed_skipped_records", s.resumed_skipped_records},
+              {"seconds", s.total_seconds},
+              {"process_seconds", Now() - kProcessStart},
+              {"stages", StagesJson(ApplyStages(s))}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+    return;
+  }
   std::printf("applied version %" PRIu64 " (%s): %" PRIu64 " records in %" PRIu64
               " payloads, %s, %.3f s\n",
               s.version, s.full ? "full" : "delta", s.counters.records, s.payloads,
               HumanBytes(s.payload_bytes).c_str(), s.total_seconds);
+  std::printf("  stages: %s\n", StageLine(ApplyStages(s)).c_str());
   if (s.resumed || s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
     std::printf("  resumed an interrupted apply: replayed %" PRIu64
                 " journal entries, skipped %" PRIu64 " records already applied\n",
@@ -61,6 +119,39 @@ uint64_t PeakResidentBytes() {
 
 }  // namespace
 
+namespace {
+
+// `refit send --json`: the version published (and, with --wait, acknowledged) as one object.
+Status PrintSendJson(const SendOptions& o, const Config& config, Sender& sender,
+                     const SyncStats& s) {
+  json j = {{"version", s.version},
+            {"full", s.full},
+            {"density", s.counters.density()},
+            {"changed_elements", s.counters.changed_elements},
+            {"total_elements", s.counters.total_elements},
+            {"model_bytes", s.counters.model_bytes},
+            {"payload_bytes", s.payload_bytes},
+            {"payloads", s.payloads},
+            {"adopted_commit", s.adopted_commit},
+            {"republished", s.republished},
+            {"advance_resumed_entries", s.advance_resumed_entries},
+            {"seconds", s.total_seconds},
+            {"stages", StagesJson(SendStages(s))}};
+  if (o.wait) {
+    REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
+    const double start = Now();
+    REFIT_RETURN_NOT_OK(sender.WaitAndAdvance(timeout));
+    j["ack_wait_seconds"] = Now() - start;
+    j["acks"] = sender.acks().size();
+  }
+  j["process_seconds"] = Now() - kProcessStart;
+  j["peak_resident_bytes"] = PeakResidentBytes();
+  std::printf("%s\n", j.dump().c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
 Status RunSend(const SendOptions& o) {
   REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
   std::string weights_path = o.weights;
@@ -72,12 +163,16 @@ Status RunSend(const SendOptions& o) {
     }
   }
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
+  const double read_start = Now();
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
                         SafetensorsFile::Open(weights_path));
+  const double read_seconds = Now() - read_start;
   internal::ProgressMeter progress("send");
   sender->SetProgress(progress.Callback());
   REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
+  s.read_seconds = read_seconds;
   progress.Finish();
+  if (o.json) return PrintSendJson(o, config, *sender, s);
   // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
   if (s.adopted_commit) {
     std::printf("recovered: version %" PRIu64 " was committed by an earlier attempt; adopted\n",
@@ -101,6 +196,7 @@ Status RunSend(const SendOptions& o) {
       HumanCount(s.counters.total_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
       s.counters.model_bytes ? static_cast<double>(s.payload_bytes) / s.counters.model_bytes : 0.0,
       s.payloads, s.total_seconds);
+  std::printf("  stages: %s\n", StageLine(SendStages(s)).c_str());
   if (o.wait) {
     REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
     REFIT_ASSIGN_OR_RAISE(std::vector<std::string> receivers,
@@ -126,8 +222,19 @@ Status RunRecv(const RecvOptions& o) {
   REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
   const double start = Now();
   std::string last_error;
+  // Following: once idle for a while after applying, the model is checkpointed (synced, its redo
+  // log emptied) off the critical path of the next version.
+  constexpr double kIdleCheckpointSeconds = 2;
+  double last_applied = 0;
   while (true) {
     Result<std::optional<ApplyStats>> r = receiver->PollOnce();
+    if (o.follow && r.ok() && !r.value() && last_applied != 0 &&
+        Now() - last_applied > kIdleCheckpointSeconds) {
+      last_applied = 0;
+      if (Status st = receiver->Checkpoint(); !st.ok()) {
+        std::fprintf(stderr, "refit: checkpoint: %s\n", st.message().c_str());
+      }
+    }
     if (!r.ok()) {
       if (!o.follow) return r.status();
       // Following: every failure is reported (once while it repeats) and polling goes on. A
@@ -142,12 +249,13 @@ Status RunRecv(const RecvOptions& o) {
       }
     } else if (r.value()) {
       last_error.clear();
-      if (!o.quiet) PrintApplied(*r.value());
+      last_applied = Now();
+      if (!o.quiet || o.json) PrintApplied(*r.value(), o.json);
       if (o.until_version != 0 && receiver->version() >= o.until_version) return Status::OK();
       continue;  // there may be more pending versions: poll again at once
     } else if (o.until_version != 0 && receiver->version() >= o.until_version) {
       // Already there (nothing pending): following would wait for a version never needed.
-      if (!o.quiet) {
+      if (!o.quiet && !o.json) {
         std::printf("at version %" PRIu64 " (%s)\n", receiver->version(),
                     receiver->model_path().c_str());
       }
@@ -158,7 +266,7 @@ Status RunRecv(const RecvOptions& o) {
                                        std::to_string(receiver->applying()) +
                                        "; not up to date until a full sync replaces it");
       }
-      if (!o.quiet) {
+      if (!o.quiet && !o.json) {
         std::printf("up to date at version %" PRIu64 " (%s)\n", receiver->version(),
                     receiver->model_path().c_str());
       }
@@ -372,6 +480,8 @@ void RegisterSendRecv(CLI::App& app, Commands& commands) {
   send_cmd->add_option("--rank", send->rank, "this sender's rank")->capture_default_str();
   send_cmd->add_option("--world", send->world, "number of sender ranks")->capture_default_str();
   send_cmd->add_flag("--wait", send->wait, "wait for the receivers' acks before exiting");
+  send_cmd->add_flag("--json", send->json,
+                     "print one JSON object (counts, seconds per stage) instead of the summary");
   commands.push_back({send_cmd, [send] { return RunSend(*send); }});
 
   auto recv = std::make_shared<RecvOptions>();
@@ -389,6 +499,8 @@ void RegisterSendRecv(CLI::App& app, Commands& commands) {
       ->check(CLI::NonNegativeNumber)
       ->needs(follow);
   recv_cmd->add_flag("--quiet", recv->quiet, "print nothing on success");
+  recv_cmd->add_flag("--json", recv->json,
+                     "print one JSON object per applied version (counts, seconds per stage)");
   commands.push_back({recv_cmd, [recv] { return RunRecv(*recv); }});
 }
 

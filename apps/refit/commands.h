@@ -58,6 +58,7 @@ struct SendOptions {
   int rank = 0;
   int world = 1;
   bool wait = false;  // wait for the acks of the published version before exiting
+  bool json = false;  // one JSON object on stdout instead of the summary lines
 };
 Status RunSend(const SendOptions& options);
 
@@ -67,6 +68,7 @@ struct RecvOptions {
   uint64_t until_version = 0;  // with follow: stop once this version is applied (0: never)
   double timeout_s = 0;        // with follow: give up after this long (0: never)
   bool quiet = false;
+  bool json = false;  // one JSON object per applied version on stdout (JSON lines)
 };
 Status RunRecv(const RecvOptions& options);
 

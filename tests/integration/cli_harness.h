@@ -117,6 +117,17 @@ inline CommandResult RunRefit(const std::vector<std::string>& args, const std::s
 }
 
 // Number of lines of text (a trailing newline does not start a line).
+// Whether a receiver's redo log holds entries of an uncommitted attempt: more bytes than the
+// size receiver.json recorded at its last commit (`log_bytes`, absent while 0).
+inline bool LogHasUncommittedEntries(const std::string& state_dir) {
+  const std::string log = state_dir + "/redo.log";
+  if (!std::filesystem::exists(log)) return false;
+  const std::string state = ReadAll(state_dir + "/receiver.json");
+  const size_t at = state.find("\"log_bytes\":");
+  const uint64_t committed = at == std::string::npos ? 0 : std::stoull(state.substr(at + 12));
+  return std::filesystem::file_size(log) > committed;
+}
+
 inline int LineCount(const std::string& text) {
   int n = 0;
   for (char c : text) n += c == '\n';

@@ -179,18 +179,21 @@ TEST_F(HostileDirTest, SymlinkedPayloadIsRefusedWithoutRevealingTheTarget) {
 }
 
 // The local state directories are the operator's, but nothing under them may be written through
-// a symlink either: a link planted in place of the apply journal or the model must not carry the
+// a symlink either: a link planted in place of the redo log or the model must not carry the
 // receiver's writes to its target.
 TEST_F(HostileDirTest, SymlinkedJournalInTheStateDirIsNeverWrittenThrough) {
   ASSERT_NO_FATAL_FAILURE(SyncFirst());
   auto s = Send(2);
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  fs::create_symlink(outside_ + "/victim", dir_ / "receiver/apply.journal");
-  Recv();
+  fs::remove(dir_ / "receiver/redo.log");
+  fs::create_symlink(outside_ + "/victim", dir_ / "receiver/redo.log");
+  auto refused = Recv();
+  EXPECT_NE(refused.exit_code, 0) << refused.out;
+  EXPECT_EQ(LineCount(refused.err), 1) << refused.err;
   ExpectOutsideUntouched();
-  EXPECT_TRUE(SameTensors(Weights(1), Model()) || SameTensors(Weights(2), Model()));
+  EXPECT_TRUE(SameTensors(Weights(1), Model()));
 
-  fs::remove(dir_ / "receiver/apply.journal");
+  fs::remove(dir_ / "receiver/redo.log");
   auto r = Recv();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(SameTensors(Weights(2), Model()));

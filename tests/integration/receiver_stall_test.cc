@@ -223,7 +223,7 @@ class StructuralRefusalTest : public ReceiverStallTest,
 
 // A delta whose last record names a tensor the model lacks, or has the wrong dtype (BF16 <-> F16:
 // same size, so only a dtype check sees it), is refused before the first model byte changes: no
-// "applying" in receiver.json, no apply.journal, the model file bit-exact as before.
+// "applying" in receiver.json, no redo log entry, the model file bit-exact as before.
 TEST_P(StructuralRefusalTest, StructurallyBadDeltaLeavesTheReceiverUntouched) {
   ASSERT_NO_FATAL_FAILURE(SyncUpTo(1));
   auto s = Send(2);
@@ -250,7 +250,8 @@ TEST_P(StructuralRefusalTest, StructurallyBadDeltaLeavesTheReceiverUntouched) {
   EXPECT_NE(r.exit_code, 0) << "the bad delta was taken: " << r.out;
   EXPECT_EQ(LineCount(r.err), 1) << r.err;
   EXPECT_FALSE(Applying()) << "refused before any write, yet applying: " << StateText();
-  EXPECT_FALSE(Exists("receiver/apply.journal")) << "refused before any write, yet journaled";
+  EXPECT_FALSE(LogHasUncommittedEntries(dir_ / "receiver"))
+      << "refused before any write, yet logged";
   EXPECT_TRUE(ReadAll(Model()) == before) << "the model file changed";
   EXPECT_EQ(StateVersion(), 1u) << StateText();
 

@@ -1,5 +1,6 @@
-// The receiver's apply journal: entries survive a reopen, a torn tail is dropped, another
-// version's journal is discarded, replay is idempotent and checks what it writes.
+// The redo log of a model file: entries survive a reopen, those past the last commit's size are
+// an interrupted attempt, a torn tail is cut at any byte, replay is idempotent and checks what it
+// writes, a checkpoint empties the log, and entries of another boot are known as such.
 #include "receive/journal.h"
 
 #include <gtest/gtest.h>
@@ -9,21 +10,23 @@
 #include <filesystem>
 #include <fstream>
 
+#include "refit/kernels/diff.h"
+
 namespace refit::internal {
 namespace {
 
-// Opens (or asserts) a journal into a new variable `name`.
+// Opens (or asserts) a log into a new variable `name`.
 #define ASSIGN_OR_FAIL_J(name, expr)                                   \
   auto name##_result = (expr);                                         \
   ASSERT_TRUE(name##_result.ok()) << name##_result.status().message(); \
   auto name = std::move(name##_result).value()
 
-class JournalTest : public ::testing::Test {
+class RedoLogTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "refit-journal-XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "refit-redo-XXXXXX").string();
     dir_ = ::mkdtemp(tmpl.data());
-    path_ = dir_ + "/apply.journal";
+    path_ = dir_ + "/redo.log";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -38,28 +41,43 @@ class JournalTest : public ::testing::Test {
     t.data = bits.data();
     return t;
   }
+  // Stages one entry writing `value` at box position `pos` and flushes it.
+  static void Write(RedoLog& log, const std::string& id, uint64_t pos, uint16_t value) {
+    const uint64_t positions[] = {pos};
+    ASSERT_TRUE(log.Stage(id, "w", Box{{1, 2}, {2, 3}}, 2, positions, 1,
+                          reinterpret_cast<const uint8_t*>(&value))
+                    .ok());
+    ASSERT_TRUE(log.Flush().ok());
+  }
   std::string dir_;
   std::string path_;
 };
 
-TEST_F(JournalTest, EntriesSurviveReopenAndReplayIntoTheirBox) {
+TEST_F(RedoLogTest, EntriesSurviveReopenAndReplayIntoTheirBox) {
+  uint64_t committed = 0;
   {
-    ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 7, 6, /*durable=*/true));
-    EXPECT_EQ(j->resumed_entries(), 0u);
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, /*durable=*/true, 0));
+    EXPECT_TRUE(log->empty());
     const uint16_t values[] = {0xAAAA, 0xBBBB};
+    const uint64_t positions[] = {0, 5};
     ASSERT_TRUE(
-        j->Append("p0#1", "w", SubBox(), 2, {0, 5}, reinterpret_cast<const uint8_t*>(values)).ok());
-    EXPECT_TRUE(j->Has("p0#1"));
+        log->Stage("p0#1", "w", SubBox(), 2, positions, 2, reinterpret_cast<const uint8_t*>(values))
+            .ok());
+    EXPECT_FALSE(log->Has("p0#1"));  // staged, not yet written
+    ASSERT_TRUE(log->Flush().ok());
+    EXPECT_TRUE(log->Has("p0#1"));
+    committed = log->bytes();
   }
-  ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 7, 6, true));
-  EXPECT_EQ(j->resumed_entries(), 1u);
-  EXPECT_TRUE(j->Has("p0#1"));
-  EXPECT_FALSE(j->Has("p0#2"));
+  // Reopened with the size of the last commit: nothing past it, nothing interrupted.
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, committed));
+  EXPECT_EQ(log->interrupted_entries(), 0u);
+  EXPECT_FALSE(log->Has("p0#1"));
+  EXPECT_FALSE(log->written_in_another_boot());
   std::vector<uint16_t> bits(24, 0);
   TensorView t = TensorW(bits);
   std::map<std::string, TensorView*> tensors = {{"w", &t}};
-  ASSERT_TRUE(j->Replay(tensors).ok());
-  ASSERT_TRUE(j->Replay(tensors).ok());  // idempotent
+  ASSERT_TRUE(log->Replay(tensors).ok());
+  ASSERT_TRUE(log->Replay(tensors).ok());  // idempotent
   // Box element 0 = (1, 2); element 5 = (2, 4).
   EXPECT_EQ(bits[1 * 6 + 2], 0xAAAA);
   EXPECT_EQ(bits[2 * 6 + 4], 0xBBBB);
@@ -68,53 +86,159 @@ TEST_F(JournalTest, EntriesSurviveReopenAndReplayIntoTheirBox) {
   EXPECT_EQ(nonzero, 2);
 }
 
-TEST_F(JournalTest, ATornLastEntryIsDroppedAndCutOff) {
-  const uint16_t v = 0x1234;
+TEST_F(RedoLogTest, EntriesPastTheLastCommitAreAnInterruptedAttempt) {
+  uint64_t committed = 0;
   {
-    ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
-    ASSERT_TRUE(j->Append("a", "w", SubBox(), 2, {1}, reinterpret_cast<const uint8_t*>(&v)).ok());
-    ASSERT_TRUE(j->Append("b", "w", SubBox(), 2, {2}, reinterpret_cast<const uint8_t*>(&v)).ok());
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+    Write(*log, "v1#0", 0, 1);
+    committed = log->bytes();
+    Write(*log, "v2#0", 1, 2);
+    Write(*log, "v2#1", 2, 3);
   }
-  const auto full = std::filesystem::file_size(path_);
-  for (uint64_t cut : {1, 5, 13}) {
-    std::filesystem::resize_file(path_, full - cut);
-    ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
-    EXPECT_EQ(j->resumed_entries(), 1u) << cut;
-    EXPECT_TRUE(j->Has("a"));
-    EXPECT_FALSE(j->Has("b"));
-    ASSERT_TRUE(j->Append("b", "w", SubBox(), 2, {2}, reinterpret_cast<const uint8_t*>(&v)).ok());
-  }
-  ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
-  EXPECT_EQ(j->resumed_entries(), 2u);
-}
-
-TEST_F(JournalTest, AnotherVersionsJournalIsDiscarded) {
-  const uint16_t v = 1;
-  {
-    ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
-    ASSERT_TRUE(j->Append("a", "w", SubBox(), 2, {1}, reinterpret_cast<const uint8_t*>(&v)).ok());
-  }
-  ASSIGN_OR_FAIL_J(other_base, ApplyJournal::Open(path_, 3, 1, false));
-  EXPECT_EQ(other_base->resumed_entries(), 0u);
-  EXPECT_FALSE(other_base->Has("a"));
-  ASSERT_TRUE(other_base->Remove().ok());
-  EXPECT_FALSE(std::filesystem::exists(path_));
-}
-
-TEST_F(JournalTest, ReplayRefusesEntriesThatDoNotFitTheModel) {
-  const uint16_t v = 1;
-  {
-    ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
-    ASSERT_TRUE(j->Append("a", "w", SubBox(), 2, {6}, reinterpret_cast<const uint8_t*>(&v)).ok());
-  }
-  ASSIGN_OR_FAIL_J(j, ApplyJournal::Open(path_, 3, 2, false));
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, committed));
+  EXPECT_EQ(log->interrupted_entries(), 2u);
+  EXPECT_FALSE(log->Has("v1#0"));
+  EXPECT_TRUE(log->Has("v2#0"));
+  EXPECT_TRUE(log->Has("v2#1"));
+  // Replaying from the commit writes only the interrupted attempt's entries.
   std::vector<uint16_t> bits(24, 0);
   TensorView t = TensorW(bits);
-  // Position 6 is outside the 2x3 box.
-  Status st = j->Replay({{"w", &t}});
+  ASSERT_TRUE(log->Replay({{"w", &t}}, committed).ok());
+  EXPECT_EQ(bits[1 * 6 + 2], 0);
+  EXPECT_EQ(bits[1 * 6 + 3], 2);
+  EXPECT_EQ(bits[1 * 6 + 4], 3);
+  // An attempt redone whole drops them.
+  ASSERT_TRUE(log->TruncateTo(committed).ok());
+  EXPECT_EQ(log->bytes(), committed);
+  EXPECT_FALSE(log->Has("v2#0"));
+}
+
+// A crash mid-write leaves the last entry torn at any byte: it is cut off, the ones before it
+// replay, and the log takes new entries where it was cut.
+TEST_F(RedoLogTest, ATornLastEntryIsCutAtEveryByte) {
+  uint64_t committed = 0, first_end = 0, full = 0;
+  {
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+    committed = log->bytes();
+    Write(*log, "a", 1, 0x1111);
+    first_end = log->bytes();
+    Write(*log, "b", 2, 0x2222);
+    full = log->bytes();
+  }
+  std::string bytes(full, '\0');
+  {
+    std::ifstream in(path_, std::ios::binary);
+    in.read(bytes.data(), static_cast<std::streamsize>(full));
+  }
+  for (uint64_t cut = first_end; cut < full; ++cut) {
+    {
+      std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(cut));
+    }
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, committed));
+    ASSERT_EQ(log->interrupted_entries(), 1u) << "cut at " << cut;
+    EXPECT_TRUE(log->Has("a"));
+    EXPECT_FALSE(log->Has("b"));
+    EXPECT_EQ(log->bytes(), first_end);
+    EXPECT_EQ(std::filesystem::file_size(path_), first_end);
+    std::vector<uint16_t> bits(24, 0);
+    TensorView t = TensorW(bits);
+    ASSERT_TRUE(log->Replay({{"w", &t}}).ok());
+    EXPECT_EQ(bits[1 * 6 + 3], 0x1111);
+    EXPECT_EQ(bits[1 * 6 + 4], 0);
+    Write(*log, "b", 2, 0x2222);
+  }
+  // A flipped byte in the last entry is a torn entry too.
+  bytes[full - 1] ^= 0x40;
+  {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(full));
+  }
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, committed));
+  EXPECT_EQ(log->interrupted_entries(), 1u);
+  EXPECT_EQ(log->bytes(), first_end);
+}
+
+TEST_F(RedoLogTest, ACheckpointEmptiesTheLogAndNamesTheVersion) {
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
+  Write(*log, "a", 1, 7);
+  EXPECT_FALSE(log->empty());
+  ASSERT_TRUE(log->Checkpoint(12).ok());
+  EXPECT_TRUE(log->empty());
+  EXPECT_FALSE(log->Has("a"));
+  ASSIGN_OR_FAIL_J(again, RedoLog::Open(path_, true, 0));
+  EXPECT_EQ(again->checkpoint_version(), 12u);
+  EXPECT_TRUE(again->empty());
+  EXPECT_EQ(std::filesystem::file_size(path_), RedoLog::HeaderBytes());
+}
+
+// Entries written in another boot may describe pages that never reached the disk: the log says
+// so until MarkCurrentBoot (after the owner replayed them all).
+TEST_F(RedoLogTest, EntriesOfAnotherBootAreKnown) {
+  {
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+    Write(*log, "a", 1, 7);
+  }
+  // Rewrite the header's boot id (bytes 12..47) and its checksum, as another boot would have.
+  std::fstream f(path_, std::ios::binary | std::ios::in | std::ios::out);
+  std::string header(RedoLog::HeaderBytes(), '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header.size()));
+  header.replace(12, 36, std::string(36, 'x'));
+  const uint64_t digest = kernels::Digest64(header.data(), header.size() - 8);
+  std::memcpy(header.data() + header.size() - 8, &digest, 8);
+  f.seekp(0);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.close();
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, std::filesystem::file_size(path_)));
+  EXPECT_TRUE(log->written_in_another_boot());
+  EXPECT_FALSE(log->empty());
+  ASSERT_TRUE(log->MarkCurrentBoot().ok());
+  ASSIGN_OR_FAIL_J(again, RedoLog::Open(path_, false, 0));
+  EXPECT_FALSE(again->written_in_another_boot());
+  EXPECT_TRUE(again->Has("a"));  // MarkCurrentBoot keeps the entries
+}
+
+TEST_F(RedoLogTest, EntriesAreCopiedFromAnotherLog) {
+  const std::string other_path = dir_ + "/pending.log";
+  ASSIGN_OR_FAIL_J(other, RedoLog::Open(other_path, false, 0));
+  Write(*other, "x", 3, 0x3333);
+  Write(*other, "y", 4, 0x4444);
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
+  Write(*log, "a", 0, 0x1111);
+  ASSERT_TRUE(log->CopyEntriesFrom(*other).ok());
+  EXPECT_TRUE(log->Has("y"));
+  ASSIGN_OR_FAIL_J(again, RedoLog::Open(path_, true, 0));
+  EXPECT_EQ(again->interrupted_entries(), 3u);
+  std::vector<uint16_t> bits(24, 0);
+  TensorView t = TensorW(bits);
+  ASSERT_TRUE(again->Replay({{"w", &t}}).ok());
+  EXPECT_EQ(bits[1 * 6 + 2], 0x1111);
+  EXPECT_EQ(bits[2 * 6 + 2], 0x3333);
+  EXPECT_EQ(bits[2 * 6 + 3], 0x4444);
+}
+
+TEST_F(RedoLogTest, ReplayRefusesEntriesThatDoNotFitTheModel) {
+  {
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+    Write(*log, "a", 6, 1);  // position 6 is outside the 2x3 box
+  }
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+  std::vector<uint16_t> bits(24, 0);
+  TensorView t = TensorW(bits);
+  Status st = log->Replay({{"w", &t}});
   EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.message();
-  EXPECT_EQ(j->Replay({}).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(log->Replay({}).code(), StatusCode::kCorrupt);
   for (uint16_t b : bits) EXPECT_EQ(b, 0);
+}
+
+TEST_F(RedoLogTest, AGarbageHeaderStartsAnEmptyLog) {
+  {
+    std::ofstream out(path_, std::ios::binary);
+    out << std::string(200, 'z');
+  }
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
+  EXPECT_TRUE(log->empty());
+  EXPECT_EQ(std::filesystem::file_size(path_), RedoLog::HeaderBytes());
 }
 
 TEST(BoxElementIndexTest, WalksTheBoxRowMajor) {

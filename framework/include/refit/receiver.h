@@ -34,9 +34,18 @@ struct ApplyStats {
   // The model was `applying` this version when the receiver started it: an interrupted in-place
   // apply resumed (journal entries replayed, overwrite records applied again).
   bool resumed = false;
+  // Seconds per stage (wall time of this receiver; a payload is fetched while the previous one
+  // is applied, so fetch overlaps the others). apply = decode + verify + log_sync + write for a
+  // delta applied through the redo log; for a full sync and attached memory, records are decoded
+  // in place and apply is all there is.
   double fetch_seconds = 0;
-  double apply_seconds = 0;  // decode + apply + digest verification
-  double total_seconds = 0;  // the PollOnce that applied it, commit reads included
+  double apply_seconds = 0;
+  double decode_seconds = 0;    // decoding records in scratch
+  double verify_seconds = 0;    // diffing and digesting the decoded records
+  double log_sync_seconds = 0;  // writing and syncing the redo log
+  double write_seconds = 0;     // writing the changed elements into the model
+  double commit_seconds = 0;    // state, checkpoint (when one is due) and ack
+  double total_seconds = 0;     // the PollOnce that applied it, commit reads included
 };
 class REFIT_API Receiver {
  public:
@@ -66,6 +75,10 @@ class REFIT_API Receiver {
   // the receiver recorded for it; otherwise the receiver asks for a full sync.
   Status Attach(const std::vector<TensorView>& tensors,
                 std::optional<uint64_t> loaded_version = std::nullopt);
+  // Syncs the model file and empties its redo log now (durable settings: the log already makes
+  // every committed version survive a crash; this bounds the log and the replay after a reboot).
+  // `refit recv --follow` calls it when idle. No-op for attached memory.
+  Status Checkpoint();
   uint64_t version() const;  // 0: no committed state
   // Nonzero while the model holds part of that version (an in-place apply interrupted, or one
   // abandoned until a full sync replaces the model): the model is then not `version()`.

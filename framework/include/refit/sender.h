@@ -39,10 +39,15 @@ struct SyncStats {
   DeltaCounters counters;      // of this rank's slices
   uint64_t payload_bytes = 0;  // what crossed the transport
   uint64_t payloads = 0;
-  double wait_seconds = 0;  // waiting for the previous version's acks + baseline advance
+  // Seconds per stage. diff and encode run on the writer's threads (summed over them); send is
+  // the time the pipeline waited on payload puts, commit the manifest, commit and state writes.
+  double read_seconds = 0;     // opening and mapping the weights (set by `refit send`)
+  double wait_seconds = 0;     // waiting for the previous version's acks
+  double advance_seconds = 0;  // advancing the baseline to the acknowledged version
   double diff_seconds = 0;
   double encode_seconds = 0;
-  double send_seconds = 0;  // time the pipeline waited on the transport
+  double send_seconds = 0;
+  double commit_seconds = 0;
   double total_seconds = 0;
   // Recovery of an earlier attempt that died (docs/reliability.md): its commit was stored, so
   // this publish adopted that version first; or it died before its commit, and this publish

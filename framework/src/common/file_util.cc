@@ -141,6 +141,24 @@ Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& pa
   return Status::OK();
 }
 
+Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
+                  const std::string& path) {
+  const uint64_t total = len;
+  while (len > 0) {
+    ssize_t n = ::pwrite(fd, data, std::min(len, kMaxWriteChunk), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError(Errno("write", path) + " (at byte " + std::to_string(total - len) +
+                             " of " + std::to_string(total) + ")");
+    }
+    if (n == 0) return Status::IoError("write " + path + ": no progress");
+    data += n;
+    offset += static_cast<uint64_t>(n);
+    len -= static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
 Status FsyncFd(int fd, const std::string& path) {
   if (::fsync(fd) != 0) return Status::IoError(Errno("fsync", path));
   return Status::OK();

@@ -52,6 +52,9 @@ std::string ParentDir(const std::string& path);
 
 // Writes all of `data`, retrying short writes and EINTR.
 Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& path);
+// The same at a file offset (pwrite), the file position untouched.
+Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
+                  const std::string& path);
 
 // fsync of an open file.
 Status FsyncFd(int fd, const std::string& path);

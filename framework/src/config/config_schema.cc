@@ -10,6 +10,25 @@
 
 namespace refit {
 
+namespace {
+
+// When the model file (receiver) and the baseline file (sender) are synced and their redo logs
+// emptied (receive/journal.h).
+std::vector<ConfigKeySpec> CheckpointSpecs() {
+  return {
+      {"sender.checkpoint_versions", REFIT_CFG_INT, "8",
+       "sync the baseline file and empty its redo log every this many versions"},
+      {"sender.checkpoint_bytes", REFIT_CFG_SIZE, "0",
+       "... or once the redo log holds this many bytes (0: the baseline file's size)"},
+      {"receiver.checkpoint_versions", REFIT_CFG_INT, "8",
+       "sync the model file and empty its redo log every this many versions"},
+      {"receiver.checkpoint_bytes", REFIT_CFG_SIZE, "0",
+       "... or once the redo log holds this many bytes (0: the model file's size)"},
+  };
+}
+
+}  // namespace
+
 std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
   std::vector<ConfigKeySpec> specs = {
       {"sender.state_dir", REFIT_CFG_STRING, "",
@@ -50,7 +69,8 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "memory cap for one payload plus one record's scratch while applying"},
       {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
       {"receiver.durable", REFIT_CFG_BOOL, "true",
-       "sync the apply journal per record (survives power loss, not only process death)"},
+       "sync the redo log once per window of records before they touch the model (survives "
+       "power loss, not only process death)"},
       {"receiver.verify_payloads_first", REFIT_CFG_BOOL, "false",
        "fetch and verify every payload of a delta before touching the model (reads each twice: "
        "for storage that may rot after a verified put)"},
@@ -73,6 +93,7 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
+  for (ConfigKeySpec spec : CheckpointSpecs()) specs.push_back(std::move(spec));
   for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
     spec.name = "faults." + spec.name;
     specs.push_back(std::move(spec));
@@ -119,6 +140,8 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.threads", 0, "0: hardware concurrency, 1: inline"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.checkpoint_versions", 1, "versions"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "receiver.checkpoint_versions", 1, "versions"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));
   // A payload smaller than this is all header and round trips.

@@ -40,9 +40,12 @@ const std::vector<std::string>& KillPoints() {
       "sender.advance",           // mid baseline advance: some of our records are in the baseline
       "receiver.applying",        // the state says `applying`, nothing written into the model yet
       "receiver.record_applied",  // a record is in the model, more of the version remain
-      "receiver.journaled",       // an xor/step record is journaled, its bits not yet in the model
-      "receiver.model_synced",    // the model is the new version, the state does not say so yet
-      "receiver.ack",             // the state says the new version, its ack is not written yet
+      "receiver.journaled",  // a batch of records is in the redo log, its bits not yet in the file
+      "redo.replay",         // mid replay of a redo log into the model or the baseline
+      "redo.checkpoint",     // a checkpoint is due: the file's pages are not synced yet
+      "redo.checkpoint_synced",  // the file is synced, its redo log not yet emptied
+      "receiver.model_synced",   // the model is the new version, the state does not say so yet
+      "receiver.ack",            // the state says the new version, its ack is not written yet
   };
   return points;
 }

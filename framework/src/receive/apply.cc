@@ -5,68 +5,13 @@
 #include <latch>
 #include <mutex>
 
+#include "common/stopwatch.h"
 #include "common/worker_pool.h"
 #include "faults/faults.h"
 #include "receive/journal.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
-
-// An xor/step record made exactly-once: decoded into scratch against a copy of the old bits and
-// verified, then the elements it changes are journaled (an idempotent overwrite entry) before
-// they are written into the target. A record an interrupted attempt journaled was replayed
-// already and is skipped.
-Status ApplyJournaled(const Payload& payload, size_t index, const Encoding& enc,
-                      const std::string& where, TensorView& target, const Box& box,
-                      std::vector<uint8_t>& scratch, ApplyJournal& journal, ApplyStats* stats,
-                      std::mutex& journal_mu) {
-  const RecordHeader& r = payload.records()[index];
-  const std::string id = payload.label() + "#" + std::to_string(index);
-  bool journaled;
-  {
-    std::lock_guard<std::mutex> lock(journal_mu);
-    journaled = journal.Has(id);
-  }
-  if (journaled) {
-    if (stats != nullptr) ++stats->resumed_skipped_records;
-    return Status::OK();
-  }
-  const uint32_t elem = SizeOf(r.dtype);
-  const uint64_t bytes = BoxElements(box) * elem;
-  scratch.resize(2 * bytes);
-  uint8_t* old_bits = scratch.data();
-  uint8_t* new_bits = scratch.data() + bytes;
-  GatherBox(target.bytes(), target.shape, box, elem, old_bits);
-  std::memcpy(new_bits, old_bits, bytes);
-  refit_decode_target_t t{};
-  t.struct_size = sizeof(t);
-  t.dtype = static_cast<int32_t>(r.dtype);
-  t.elem_size = elem;
-  t.n_elems = BoxElements(box);
-  t.bits = new_bits;
-  REFIT_RETURN_NOT_OK(
-      enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t).WithContext(where));
-  const uint64_t digest = kernels::Digest64(new_bits, bytes);
-  if (digest != r.digest) {
-    return Status::Corrupt(where + ": digest mismatch after apply (expected " +
-                           HexDigest(r.digest) + ", got " + HexDigest(digest) + ")");
-  }
-  std::vector<uint64_t> positions;
-  kernels::DiffPositions(old_bits, new_bits, t.n_elems, elem, &positions);
-  std::vector<uint8_t> values(positions.size() * elem);
-  for (size_t k = 0; k < positions.size(); ++k) {
-    std::memcpy(values.data() + k * elem, new_bits + positions[k] * elem, elem);
-  }
-  {
-    std::lock_guard<std::mutex> lock(journal_mu);
-    REFIT_RETURN_NOT_OK(
-        journal.Append(id, target.name, box, elem, positions, values.data()).WithContext(where));
-  }
-  if (stats != nullptr) ++stats->journaled_records;
-  MaybeKillAt("receiver.journaled");
-  ScatterBox(new_bits, target.shape, box, elem, target.bytes());
-  return Status::OK();
-}
 
 namespace {
 
@@ -194,7 +139,6 @@ struct StripeResult {
 void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked, size_t first,
                  size_t stride, ApplySink* sink, std::mutex& mu, std::vector<uint8_t>& scratch,
                  StripeResult* out) {
-  ApplyJournal* journal = sink != nullptr ? sink->journal : nullptr;
   const auto& records = payload.records();
   for (size_t i = first; i < records.size(); i += stride) {
     const RecordHeader& r = records[i];
@@ -209,10 +153,7 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
         continue;
       }
     }
-    Status st = journal != nullptr && r.op != REFIT_OP_OVERWRITE
-                    ? ApplyJournaled(payload, i, *c.encoding, RecordWhere(payload, i), *c.tensor,
-                                     c.box, scratch, *journal, &out->stats, mu)
-                    : ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch);
+    Status st = ApplyInPlace(payload, i, *c.encoding, *c.tensor, c.box, scratch);
     if (!st.ok()) {
       out->status = st;
       out->failed_index = i;
@@ -231,6 +172,207 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
 
 }  // namespace
 
+namespace {
+
+// Runs fn(k) for k in [0, stripes): k > 0 on the pool, k = 0 on this thread; waits for all.
+template <typename Fn>
+void RunStripes(WorkerPool* pool, size_t stripes, Fn&& fn) {
+  if (stripes <= 1 || pool == nullptr) {
+    for (size_t k = 0; k < std::max<size_t>(stripes, 1); ++k) fn(k);
+    return;
+  }
+  std::latch done(static_cast<std::ptrdiff_t>(stripes - 1));
+  for (size_t k = 1; k < stripes; ++k) {
+    pool->Submit([&, k] {
+      fn(k);
+      done.count_down();
+    });
+  }
+  fn(0);
+  done.wait();
+}
+
+// One record's effect on its target, computed and verified but not yet written: the positions
+// (box-relative) of the elements it changes and their new bits.
+struct RecordChanges {
+  kernels::PositionList positions;
+  kernels::ValueList values;
+  bool logged_before = false;  // an interrupted attempt logged it: replayed, not applied again
+  double decode_seconds = 0;
+  double verify_seconds = 0;
+};
+
+// Decodes a record into scratch against the target's current bits (read where they are when
+// the box is contiguous), then diffs and digests the result in one pass: the changes, verified.
+Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
+                      const TensorView& target, const Box& box, std::vector<uint8_t>& scratch,
+                      RecordChanges* out) {
+  const RecordHeader& r = payload.records()[index];
+  const uint32_t elem = SizeOf(r.dtype);
+  const uint64_t n = BoxElements(box);
+  const uint64_t bytes = n * elem;
+  const bool contiguous = BoxIsContiguous(target.shape, box);
+  Stopwatch decode;
+  if (scratch.size() < (contiguous ? bytes : 2 * bytes))
+    scratch.resize(contiguous ? bytes : 2 * bytes);
+  uint8_t* new_bits = scratch.data();
+  const uint8_t* old_bits;
+  if (contiguous) {
+    old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
+  } else {
+    GatherBox(target.bytes(), target.shape, box, elem, scratch.data() + bytes);
+    old_bits = scratch.data() + bytes;
+  }
+  std::memcpy(new_bits, old_bits, bytes);
+  refit_decode_target_t t{};
+  t.struct_size = sizeof(t);
+  t.dtype = static_cast<int32_t>(r.dtype);
+  t.elem_size = elem;
+  t.n_elems = n;
+  t.bits = new_bits;
+  REFIT_RETURN_NOT_OK(enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
+                          .WithContext(RecordWhere(payload, index)));
+  out->decode_seconds = decode.Seconds();
+  Stopwatch verify;
+  out->positions.clear();
+  out->values.clear();
+  const kernels::DiffDigest dd = kernels::DiffPositionsAndDigest(
+      old_bits, new_bits, n, elem, &out->positions, {nullptr, &out->values});
+  out->verify_seconds = verify.Seconds();
+  if (dd.digest != r.digest) {
+    return Status::Corrupt(RecordWhere(payload, index) +
+                           ": digest mismatch after apply (expected " + HexDigest(r.digest) +
+                           ", got " + HexDigest(dd.digest) + ")");
+  }
+  return Status::OK();
+}
+
+// Writes a record's verified changes into its target: only the changed elements are touched.
+void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, uint32_t elem) {
+  const uint64_t count = c.positions.size();
+  const uint64_t* pos = c.positions.data();
+  const uint8_t* values = c.values.data();
+  if (BoxIsContiguous(target.shape, box)) {
+    uint8_t* base = target.bytes() + BoxStartElement(target.shape, box) * elem;
+    if (elem == 2) {
+      for (uint64_t k = 0; k < count; ++k) std::memcpy(base + 2 * pos[k], values + 2 * k, 2);
+    } else {
+      for (uint64_t k = 0; k < count; ++k) {
+        std::memcpy(base + pos[k] * elem, values + k * elem, elem);
+      }
+    }
+    return;
+  }
+  for (uint64_t k = 0; k < count; ++k) {
+    std::memcpy(target.bytes() + BoxElementIndex(target.shape, box, pos[k]) * elem,
+                values + k * elem, elem);
+  }
+}
+
+// The most bytes of changes held (computed, not yet written) before they are logged and
+// written: bounds the memory of a window of records.
+constexpr uint64_t kMaxHeldChangeBytes = 256ull << 20;
+
+// Records [first, end) whose estimated changes (the changed count each header declares) fit
+// kMaxHeldChangeBytes, at least one.
+size_t WindowEnd(const Payload& payload, const std::vector<CheckedRecord>& checked, size_t first) {
+  uint64_t held = 0;
+  size_t end = first;
+  for (; end < checked.size(); ++end) {
+    const RecordHeader& r = payload.records()[end];
+    const uint64_t bytes = checked[end].tensor == nullptr ? 0 : r.changed * (8 + SizeOf(r.dtype));
+    if (end > first && held + bytes > kMaxHeldChangeBytes) break;
+    held += bytes;
+  }
+  return end;
+}
+
+// A file's records, exactly once and durable through its redo log (journal.h): each window of
+// records is decoded and verified in scratch in parallel, its changes logged and synced once,
+// then only the changed elements are written into the file.
+Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                   ApplySink& sink, std::vector<uint8_t>& scratch, ApplyStats* stats) {
+  RedoLog& log = *sink.journal;
+  const size_t n = checked.size();
+  for (size_t first = 0; first < n;) {
+    const size_t end = WindowEnd(payload, checked, first);
+    std::vector<RecordChanges> changes(end - first);
+    std::vector<Status> failures(end - first);
+    const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, end - first);
+    Stopwatch compute;
+    RunStripes(sink.pool, stripes, [&](size_t k) {
+      thread_local std::vector<uint8_t> worker_scratch;
+      std::vector<uint8_t>& own = k == 0 ? scratch : worker_scratch;
+      for (size_t i = first + k; i < end; i += stripes) {
+        const CheckedRecord& c = checked[i];
+        if (c.tensor == nullptr) continue;
+        if (log.Has(payload.label() + "#" + std::to_string(i))) {
+          changes[i - first].logged_before = true;
+          continue;
+        }
+        failures[i - first] =
+            ComputeChanges(payload, i, *c.encoding, *c.tensor, c.box, own, &changes[i - first]);
+        if (!failures[i - first].ok()) return;  // the first failure of this stripe
+      }
+    });
+    const double compute_seconds = compute.Seconds();
+    for (const Status& st : failures) REFIT_RETURN_NOT_OK(st);
+    Stopwatch log_sync;
+    for (size_t i = first; i < end; ++i) {
+      const RecordChanges& c = changes[i - first];
+      if (checked[i].tensor == nullptr || c.logged_before) continue;
+      REFIT_RETURN_NOT_OK(log.Stage(payload.label() + "#" + std::to_string(i),
+                                    checked[i].tensor->name, checked[i].box,
+                                    SizeOf(payload.records()[i].dtype), c.positions.data(),
+                                    c.positions.size(), c.values.data()));
+    }
+    REFIT_RETURN_NOT_OK(log.Flush().WithContext(payload.label()));
+    MaybeKillAt("receiver.journaled");
+    const double log_seconds = log_sync.Seconds();
+    Stopwatch write;
+    RunStripes(sink.pool, stripes, [&](size_t k) {
+      for (size_t i = first + k; i < end; i += stripes) {
+        if (checked[i].tensor == nullptr || changes[i - first].logged_before) continue;
+        WriteChanges(changes[i - first], *checked[i].tensor, checked[i].box,
+                     SizeOf(payload.records()[i].dtype));
+      }
+    });
+    if (stats != nullptr) {
+      double decode = 0, verify = 0;
+      for (const RecordChanges& c : changes) {
+        decode += c.decode_seconds;
+        verify += c.verify_seconds;
+      }
+      // Stripes overlap: the window's wall time is split by the stages' shares of thread time.
+      const double share = decode + verify > 0 ? decode / (decode + verify) : 1;
+      stats->decode_seconds += compute_seconds * share;
+      stats->verify_seconds += compute_seconds * (1 - share);
+      stats->log_sync_seconds += log_seconds;
+      stats->write_seconds += write.Seconds();
+    }
+    for (size_t i = first; i < end; ++i) {
+      const CheckedRecord& c = checked[i];
+      if (c.tensor == nullptr) continue;
+      const RecordHeader& r = payload.records()[i];
+      if (changes[i - first].logged_before) {
+        if (stats != nullptr) ++stats->resumed_skipped_records;
+      } else if (stats != nullptr) {
+        ++stats->journaled_records;
+      }
+      if (sink.coverage != nullptr) sink.coverage->Add(*c.tensor, c.box);
+      if (sink.applied) sink.applied(*c.tensor, c.box, r.digest);
+      if (stats != nullptr) {
+        ++stats->counters.records;
+        stats->counters.changed_elements += r.changed;
+      }
+    }
+    first = end;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
                     uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
                     ApplySink* sink) {
@@ -241,6 +383,9 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   if (writing > 0 && sink != nullptr && sink->before_write && !sink->began_writing) {
     sink->began_writing = true;
     REFIT_RETURN_NOT_OK(sink->before_write());
+  }
+  if (sink != nullptr && sink->journal != nullptr) {
+    return ApplyLogged(payload, checked, *sink, scratch, stats);
   }
   // Records of one payload write disjoint boxes: with a pool they are applied in parallel
   // stripes (this thread takes the first). The journal and the sink's hooks are serialized.

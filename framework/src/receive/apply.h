@@ -25,8 +25,8 @@ using TensorResolver = std::function<Result<ApplyTarget>(const RecordHeader& rec
 // The identity resolver over canonical tensors by name (checks name, dtype and full shape).
 TensorResolver CanonicalResolver(std::map<std::string, TensorView*> tensors);
 
-class ApplyJournal;  // journal.h
-class WorkerPool;    // common/worker_pool.h
+class RedoLog;     // journal.h
+class WorkerPool;  // common/worker_pool.h
 
 // The boxes a full sync's records wrote, per target tensor: a full sync must cover every element
 // of every tensor exactly once (a version that lists a tensor and sends no record for it, or
@@ -50,9 +50,11 @@ struct ApplySink {
   // target changes (the receiver marks its model `applying` and opens its journal there).
   std::function<Status()> before_write;
   bool began_writing = false;  // before_write was called (ApplyPayload calls it only once)
-  // With a journal (read after before_write), xor/step records are applied exactly once across
-  // crashes (journal.h); without one (offline apply into a copy) they are applied in place.
-  ApplyJournal* journal = nullptr;
+  // With a redo log (read after before_write), every record is decoded and verified in
+  // scratch, its changes logged (one sync per window of records) and only then written: applied
+  // exactly once and durable without syncing the file (journal.h). Without one (attached memory,
+  // a full sync's new file, an offline apply into a copy) records are decoded in place.
+  RedoLog* journal = nullptr;
   CoverageTracker* coverage = nullptr;  // full syncs
   // After each record is applied and verified: its target, box and the digest of its new bits
   // (called under a lock: records may be applied on several threads).

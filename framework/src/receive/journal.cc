@@ -8,18 +8,21 @@
 #include <cstring>
 
 #include "common/file_util.h"
+#include "faults/faults.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
 
 namespace {
 
-// File: header, then entries. Header: magic, version, base, xxh3 of the preceding 20 bytes.
-// Entry: u32 body length, u64 xxh3 of the body, body. Body: u16 id length, id, u16 name length,
-// name, u32 ndim, ndim x (u64 offset, u64 extent), u32 element size, u64 count, count x u64
-// positions, count x element-size values. Little-endian throughout.
-constexpr char kMagic[4] = {'R', 'F', 'J', '1'};
-constexpr uint64_t kHeaderBytes = 4 + 8 + 8 + 8;
+// File: header, then entries. Header: magic, checkpoint version, the writing boot's id (36
+// bytes, zero-padded), xxh3 of the preceding bytes. Entry: u32 body length, u64 xxh3 of the
+// body, body. Body: u16 id length, id, u16 name length, name, u32 ndim, ndim x (u64 offset, u64
+// extent), u32 element size, u8 position width (4 or 8), u64 count, count positions, count x
+// element-size values. Little-endian throughout.
+constexpr char kMagic[4] = {'R', 'F', 'L', '2'};
+constexpr size_t kBootIdBytes = 36;
+constexpr uint64_t kHeaderBytes = 4 + 8 + kBootIdBytes + 8;
 constexpr uint64_t kEntryPrefixBytes = 4 + 8;
 constexpr uint32_t kMaxEntryBytes = 1u << 31;
 
@@ -54,6 +57,54 @@ class Reader {
   uint64_t at_ = 0;
 };
 
+// One entry as stored: pointers into its body.
+struct EntryView {
+  std::string id;
+  std::string tensor;
+  Box box;
+  uint32_t elem_size = 0;
+  uint8_t position_width = 0;
+  uint64_t count = 0;
+  const uint8_t* positions = nullptr;
+  const uint8_t* values = nullptr;
+
+  uint64_t Position(uint64_t i) const {
+    if (position_width == 4) {
+      uint32_t p;
+      std::memcpy(&p, positions + 4 * i, 4);
+      return p;
+    }
+    uint64_t p;
+    std::memcpy(&p, positions + 8 * i, 8);
+    return p;
+  }
+};
+
+bool ParseEntry(const uint8_t* body, uint64_t len, EntryView* e) {
+  Reader r(body, len);
+  uint16_t id_len = 0, name_len = 0;
+  uint32_t ndim = 0;
+  const uint8_t* bytes = nullptr;
+  if (!r.Int(&id_len) || !r.Bytes(id_len, &bytes)) return false;
+  e->id.assign(reinterpret_cast<const char*>(bytes), id_len);
+  if (!r.Int(&name_len) || !r.Bytes(name_len, &bytes)) return false;
+  e->tensor.assign(reinterpret_cast<const char*>(bytes), name_len);
+  if (!r.Int(&ndim) || ndim > 64) return false;
+  for (uint32_t d = 0; d < ndim; ++d) {
+    uint64_t off = 0, ext = 0;
+    if (!r.Int(&off) || !r.Int(&ext)) return false;
+    e->box.offset.push_back(off);
+    e->box.extent.push_back(ext);
+  }
+  if (!r.Int(&e->elem_size) || e->elem_size < 1 || e->elem_size > 8) return false;
+  if (!r.Int(&e->position_width) || (e->position_width != 4 && e->position_width != 8)) {
+    return false;
+  }
+  if (!r.Int(&e->count) || e->count > len) return false;
+  return r.Bytes(e->count * e->position_width, &e->positions) &&
+         r.Bytes(e->count * e->elem_size, &e->values) && r.Done();
+}
+
 Status ReadExactly(int fd, uint64_t offset, uint8_t* buf, uint64_t n, const std::string& path) {
   while (n > 0) {
     ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
@@ -66,16 +117,54 @@ Status ReadExactly(int fd, uint64_t offset, uint8_t* buf, uint64_t n, const std:
   return Status::OK();
 }
 
-std::string Header(uint64_t version, uint64_t base) {
+std::string Header(uint64_t version, const std::string& boot_id) {
   std::string h;
   Put(h, kMagic, 4);
   PutInt(h, version);
-  PutInt(h, base);
+  std::string boot = boot_id.substr(0, kBootIdBytes);
+  boot.resize(kBootIdBytes, '\0');
+  h += boot;
   PutInt(h, kernels::Digest64(h.data(), h.size()));
   return h;
 }
 
+// Calls fn(offset, body, len) for each whole entry at offsets >= from; returns where the valid
+// entries end (a torn or checksum-failing tail is not an entry).
+template <typename Fn>
+Result<uint64_t> ForEachEntry(int fd, const std::string& path, uint64_t from, uint64_t size,
+                              Fn&& fn) {
+  uint64_t at = from;
+  std::vector<uint8_t> body;
+  while (size - at >= kEntryPrefixBytes) {
+    uint8_t prefix[kEntryPrefixBytes];
+    REFIT_RETURN_NOT_OK(ReadExactly(fd, at, prefix, kEntryPrefixBytes, path));
+    uint32_t len;
+    uint64_t digest;
+    std::memcpy(&len, prefix, 4);
+    std::memcpy(&digest, prefix + 4, 8);
+    if (len > kMaxEntryBytes || size - at - kEntryPrefixBytes < len) break;  // torn tail
+    body.resize(len);
+    REFIT_RETURN_NOT_OK(ReadExactly(fd, at + kEntryPrefixBytes, body.data(), len, path));
+    if (kernels::Digest64(body.data(), len) != digest) break;  // torn tail
+    REFIT_RETURN_NOT_OK(fn(at, body.data(), static_cast<uint64_t>(len)));
+    at += kEntryPrefixBytes + len;
+  }
+  return at;
+}
+
 }  // namespace
+
+const std::string& CurrentBootId() {
+  static const std::string id = [] {
+    auto text = ReadSmallFile("/proc/sys/kernel/random/boot_id", 256);
+    std::string s = text.ok() ? text.value() : std::string();
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }();
+  return id;
+}
+
+uint64_t RedoLog::HeaderBytes() { return kHeaderBytes; }
 
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i) {
   uint64_t index = 0;
@@ -90,107 +179,108 @@ uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i) {
   return index;
 }
 
-Result<std::unique_ptr<ApplyJournal>> ApplyJournal::Open(const std::string& path, uint64_t version,
-                                                         uint64_t base, bool durable) {
-  std::unique_ptr<ApplyJournal> j(new ApplyJournal());
-  j->path_ = path;
-  j->durable_ = durable;
-  // O_NOFOLLOW | O_NONBLOCK: a link planted in the state directory must not carry journal writes
-  // elsewhere, and a FIFO must not block the open; only a regular file is a journal.
-  j->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  if (j->fd_ < 0) return Status::IoError(path + ": open: " + std::strerror(errno));
+Result<std::unique_ptr<RedoLog>> RedoLog::Open(const std::string& path, bool durable,
+                                               uint64_t clean_bytes) {
+  std::unique_ptr<RedoLog> log(new RedoLog());
+  log->path_ = path;
+  log->durable_ = durable;
+  // O_NOFOLLOW | O_NONBLOCK: a link planted in the state directory must not carry log writes
+  // elsewhere, and a FIFO must not block the open; only a regular file is a log.
+  log->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (log->fd_ < 0) return Status::IoError(path + ": open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(j->fd_, &st) != 0) return Status::IoError(path + ": stat: " + std::strerror(errno));
+  if (::fstat(log->fd_, &st) != 0) return Status::IoError(path + ": stat: " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return Status::Invalid(path + ": not a regular file");
-  const std::string header = Header(version, base);
-  bool resume = false;
-  if (static_cast<uint64_t>(st.st_size) >= kHeaderBytes) {
-    std::string existing(kHeaderBytes, '\0');
+  log->size_ = static_cast<uint64_t>(st.st_size);
+  bool valid = false;
+  if (log->size_ >= kHeaderBytes) {
+    std::string h(kHeaderBytes, '\0');
     REFIT_RETURN_NOT_OK(
-        ReadExactly(j->fd_, 0, reinterpret_cast<uint8_t*>(existing.data()), kHeaderBytes, path));
-    resume = existing == header;
-  }
-  if (resume) {
-    REFIT_RETURN_NOT_OK(j->Load(static_cast<uint64_t>(st.st_size)));
-  } else {
-    // Another version's journal (already committed or abandoned) or a torn header: start over.
-    if (::ftruncate(j->fd_, 0) != 0) return Status::IoError(path + ": " + std::strerror(errno));
-    REFIT_RETURN_NOT_OK(
-        WriteAll(j->fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), path));
-    if (durable && ::fdatasync(j->fd_) != 0) {
-      return Status::IoError(path + ": fdatasync: " + std::strerror(errno));
+        ReadExactly(log->fd_, 0, reinterpret_cast<uint8_t*>(h.data()), kHeaderBytes, path));
+    uint64_t digest;
+    std::memcpy(&digest, h.data() + kHeaderBytes - 8, 8);
+    valid = std::memcmp(h.data(), kMagic, 4) == 0 &&
+            kernels::Digest64(h.data(), kHeaderBytes - 8) == digest;
+    if (valid) {
+      std::memcpy(&log->checkpoint_version_, h.data() + 4, 8);
+      std::string boot = h.substr(12, kBootIdBytes);
+      boot.resize(std::strlen(boot.c_str()));
+      log->other_boot_ = boot != CurrentBootId();
     }
   }
-  if (::lseek(j->fd_, 0, SEEK_END) < 0) return Status::IoError(path + ": " + std::strerror(errno));
-  return j;
+  if (!valid) {
+    // A new log, or a header torn before its first entry was written: nothing to replay.
+    REFIT_RETURN_NOT_OK(log->WriteHeader(0));
+    return log;
+  }
+  if (log->empty()) {
+    if (log->other_boot_) REFIT_RETURN_NOT_OK(log->WriteHeader(log->checkpoint_version_));
+    return log;
+  }
+  const uint64_t from =
+      clean_bytes >= kHeaderBytes && clean_bytes <= log->size_ ? clean_bytes : kHeaderBytes;
+  REFIT_RETURN_NOT_OK(log->Index(from));
+  return log;
 }
 
-ApplyJournal::~ApplyJournal() {
+RedoLog::~RedoLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status ApplyJournal::Load(uint64_t file_size) {
-  uint64_t at = kHeaderBytes;
-  std::vector<uint8_t> body;
-  while (file_size - at >= kEntryPrefixBytes) {
-    uint8_t prefix[kEntryPrefixBytes];
-    REFIT_RETURN_NOT_OK(ReadExactly(fd_, at, prefix, kEntryPrefixBytes, path_));
-    uint32_t len;
-    uint64_t digest;
-    std::memcpy(&len, prefix, 4);
-    std::memcpy(&digest, prefix + 4, 8);
-    if (len > kMaxEntryBytes || file_size - at - kEntryPrefixBytes < len) break;  // torn tail
-    body.resize(len);
-    REFIT_RETURN_NOT_OK(ReadExactly(fd_, at + kEntryPrefixBytes, body.data(), len, path_));
-    if (kernels::Digest64(body.data(), len) != digest) break;  // torn tail
-    Entry e;
-    Reader r(body.data(), len);
-    uint16_t id_len = 0, name_len = 0;
-    uint32_t ndim = 0;
-    uint64_t count = 0;
-    const uint8_t* bytes = nullptr;
-    bool ok = r.Int(&id_len) && r.Bytes(id_len, &bytes);
-    if (ok) e.id.assign(reinterpret_cast<const char*>(bytes), id_len);
-    ok = ok && r.Int(&name_len) && r.Bytes(name_len, &bytes);
-    if (ok) e.tensor.assign(reinterpret_cast<const char*>(bytes), name_len);
-    ok = ok && r.Int(&ndim) && ndim <= 64;
-    for (uint32_t d = 0; ok && d < ndim; ++d) {
-      uint64_t off = 0, ext = 0;
-      ok = r.Int(&off) && r.Int(&ext);
-      e.box.offset.push_back(off);
-      e.box.extent.push_back(ext);
-    }
-    ok = ok && r.Int(&e.elem_size) && e.elem_size >= 1 && e.elem_size <= 8 && r.Int(&count) &&
-         count <= len / 8;
-    if (ok) {
-      e.positions.resize(count);
-      ok = r.Bytes(count * 8, &bytes);
-      if (ok && count > 0) std::memcpy(e.positions.data(), bytes, count * 8);
-      ok = ok && r.Bytes(count * e.elem_size, &bytes) && r.Done();
-      if (ok) e.values.assign(bytes, bytes + count * e.elem_size);
-    }
-    if (!ok) {
-      return Status::Corrupt(path_ + ": journal entry at byte " + std::to_string(at) +
-                             " is malformed (its checksum matched)");
-    }
-    ids_.insert(e.id);
-    loaded_.push_back(std::move(e));
-    at += kEntryPrefixBytes + len;
+Status RedoLog::WriteHeader(uint64_t version) {
+  const std::string header = Header(version, CurrentBootId());
+  if (::ftruncate(fd_, 0) != 0) return Status::IoError(path_ + ": " + std::strerror(errno));
+  REFIT_RETURN_NOT_OK(
+      WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, path_));
+  if (durable_ && ::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
   }
-  resumed_ = loaded_.size();
-  if (at != file_size && ::ftruncate(fd_, static_cast<off_t>(at)) != 0) {
-    return Status::IoError(path_ + ": cutting a torn entry: " + std::strerror(errno));
+  checkpoint_version_ = version;
+  other_boot_ = false;
+  size_ = kHeaderBytes;
+  ids_.clear();
+  interrupted_ = 0;
+  return Status::OK();
+}
+
+Status RedoLog::Index(uint64_t from) {
+  REFIT_ASSIGN_OR_RAISE(
+      uint64_t end,
+      ForEachEntry(fd_, path_, from, size_, [&](uint64_t at, const uint8_t* body, uint64_t len) {
+        EntryView e;
+        if (!ParseEntry(body, len, &e)) {
+          return Status::Corrupt(path_ + ": log entry at byte " + std::to_string(at) +
+                                 " is malformed (its checksum matched)");
+        }
+        ids_.insert(e.id);
+        ++interrupted_;
+        return Status::OK();
+      }));
+  if (end != size_) {
+    if (::ftruncate(fd_, static_cast<off_t>(end)) != 0) {
+      return Status::IoError(path_ + ": cutting a torn entry: " + std::strerror(errno));
+    }
+    size_ = end;
   }
   return Status::OK();
 }
 
-Status ApplyJournal::Append(const std::string& record_id, const std::string& tensor, const Box& box,
-                            uint32_t elem_size, const std::vector<uint64_t>& positions,
-                            const uint8_t* values) {
+Status RedoLog::Stage(const std::string& record_id, const std::string& tensor, const Box& box,
+                      uint32_t elem_size, const uint64_t* positions, uint64_t count,
+                      const uint8_t* values) {
   if (record_id.size() > UINT16_MAX || tensor.size() > UINT16_MAX) {
-    return Status::Invalid("journal: record id or tensor name too long");
+    return Status::Invalid("redo log: record id or tensor name too long");
+  }
+  // Positions are box-relative: 4 bytes each unless the box has 2^32 elements or more.
+  const uint8_t width = BoxElements(box) <= UINT32_MAX ? 4 : 8;
+  const uint64_t body_bytes = 2 + record_id.size() + 2 + tensor.size() + 4 +
+                              16 * box.offset.size() + 4 + 1 + 8 + count * (width + elem_size);
+  if (body_bytes > kMaxEntryBytes) {
+    return Status::Invalid("redo log: entry of " + std::to_string(body_bytes) +
+                           " bytes (lower sender.chunk_bytes)");
   }
   std::string body;
+  body.reserve(body_bytes);
   PutInt(body, static_cast<uint16_t>(record_id.size()));
   body += record_id;
   PutInt(body, static_cast<uint16_t>(tensor.size()));
@@ -201,62 +291,115 @@ Status ApplyJournal::Append(const std::string& record_id, const std::string& ten
     PutInt(body, box.extent[d]);
   }
   PutInt(body, elem_size);
-  PutInt(body, static_cast<uint64_t>(positions.size()));
-  Put(body, positions.data(), positions.size() * 8);
-  Put(body, values, positions.size() * elem_size);
-  if (body.size() > kMaxEntryBytes) {
-    return Status::Invalid("journal: entry of " + std::to_string(body.size()) +
-                           " bytes (lower sender.chunk_bytes)");
+  PutInt(body, width);
+  PutInt(body, count);
+  if (width == 8) {
+    Put(body, positions, count * 8);
+  } else {
+    const size_t at = body.size();
+    body.resize(at + count * 4);
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint32_t p = static_cast<uint32_t>(positions[i]);
+      std::memcpy(body.data() + at + 4 * i, &p, 4);
+    }
   }
-  std::string entry;
-  PutInt(entry, static_cast<uint32_t>(body.size()));
-  PutInt(entry, kernels::Digest64(body.data(), body.size()));
-  entry += body;
-  REFIT_RETURN_NOT_OK(
-      WriteAll(fd_, reinterpret_cast<const uint8_t*>(entry.data()), entry.size(), path_));
-  if (durable_ && ::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
-  }
-  ids_.insert(record_id);
+  Put(body, values, count * elem_size);
+  PutInt(staged_, static_cast<uint32_t>(body.size()));
+  PutInt(staged_, kernels::Digest64(body.data(), body.size()));
+  staged_ += body;
+  staged_ids_.push_back(record_id);
   return Status::OK();
 }
 
-Status ApplyJournal::Replay(const std::map<std::string, TensorView*>& tensors) const {
-  for (const Entry& e : loaded_) {
+Status RedoLog::Flush() {
+  if (staged_.empty()) return Status::OK();
+  REFIT_RETURN_NOT_OK(WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(staged_.data()),
+                                 staged_.size(), size_, path_));
+  if (durable_ && ::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
+  }
+  size_ += staged_.size();
+  staged_.clear();
+  for (std::string& id : staged_ids_) ids_.insert(std::move(id));
+  staged_ids_.clear();
+  return Status::OK();
+}
+
+Status RedoLog::CopyEntriesFrom(const RedoLog& other) {
+  REFIT_RETURN_NOT_OK(Flush());
+  const uint64_t n = other.size_ > kHeaderBytes ? other.size_ - kHeaderBytes : 0;
+  std::vector<uint8_t> bytes(n);
+  REFIT_RETURN_NOT_OK(ReadExactly(other.fd_, kHeaderBytes, bytes.data(), n, other.path_));
+  REFIT_RETURN_NOT_OK(WriteAllAt(fd_, bytes.data(), n, size_, path_));
+  if (durable_ && ::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
+  }
+  size_ += n;
+  ids_.insert(other.ids_.begin(), other.ids_.end());
+  return Status::OK();
+}
+
+Status RedoLog::TruncateTo(uint64_t size) {
+  if (size < kHeaderBytes || size >= size_) return Status::OK();
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    return Status::IoError(path_ + ": " + std::strerror(errno));
+  }
+  size_ = size;
+  ids_.clear();  // only the dropped attempt's ids are ever asked about
+  interrupted_ = 0;
+  return Status::OK();
+}
+
+Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from) const {
+  if (from < kHeaderBytes) from = kHeaderBytes;
+  size_t replayed = 0;
+  auto apply = [&](uint64_t, const uint8_t* body, uint64_t len) -> Status {
+    EntryView e;
+    if (!ParseEntry(body, len, &e)) return Status::Corrupt(path_ + ": malformed log entry");
+    if (e.count == 0) return Status::OK();
     auto it = tensors.find(e.tensor);
     if (it == tensors.end()) {
-      return Status::Corrupt(path_ + ": journal names tensor '" + e.tensor +
+      return Status::Corrupt(path_ + ": log names tensor '" + e.tensor +
                              "' the model does not have");
     }
     TensorView& t = *it->second;
     if (e.box.offset.size() != t.shape.size() || SizeOf(t.dtype) != e.elem_size) {
-      return Status::Corrupt(path_ + ": journal entry does not fit tensor '" + e.tensor + "'");
+      return Status::Corrupt(path_ + ": log entry does not fit tensor '" + e.tensor + "'");
     }
     uint64_t n = 1;
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (e.box.offset[d] > t.shape[d] || e.box.extent[d] > t.shape[d] - e.box.offset[d]) {
-        return Status::Corrupt(path_ + ": journal box falls outside tensor '" + e.tensor + "'");
+        return Status::Corrupt(path_ + ": log box falls outside tensor '" + e.tensor + "'");
       }
       n *= e.box.extent[d];
     }
-    for (size_t i = 0; i < e.positions.size(); ++i) {
-      if (e.positions[i] >= n) {
-        return Status::Corrupt(path_ + ": journal position outside its box in '" + e.tensor + "'");
+    for (uint64_t i = 0; i < e.count; ++i) {
+      const uint64_t p = e.Position(i);
+      if (p >= n) {
+        return Status::Corrupt(path_ + ": log position outside its box in '" + e.tensor + "'");
       }
-      const uint64_t index = BoxElementIndex(t.shape, e.box, e.positions[i]);
-      std::memcpy(t.bytes() + index * e.elem_size, e.values.data() + i * e.elem_size, e.elem_size);
+      std::memcpy(t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size,
+                  e.values + i * e.elem_size, e.elem_size);
     }
+    // Killed here, a replay is redone from the start: entries are overwrites.
+    if (++replayed == 1) MaybeKillAt("redo.replay");
+    return Status::OK();
+  };
+  return ForEachEntry(fd_, path_, from, size_, apply).status();
+}
+
+Status RedoLog::MarkCurrentBoot() {
+  if (!other_boot_) return Status::OK();
+  const std::string header = Header(checkpoint_version_, CurrentBootId());
+  REFIT_RETURN_NOT_OK(
+      WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, path_));
+  if (durable_ && ::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
   }
+  other_boot_ = false;
   return Status::OK();
 }
 
-Status ApplyJournal::Remove() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
-    return Status::IoError(path_ + ": unlink: " + std::strerror(errno));
-  }
-  return Status::OK();
-}
+Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }
 
 }  // namespace refit::internal

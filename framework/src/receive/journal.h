@@ -1,13 +1,18 @@
-// The receiver's apply journal: a redo log that makes applying non-idempotent records (xor, step)
-// exactly-once across crashes (invariant 4, docs/architecture.md).
+// The redo log of a model file (a receiver's model, a sender's baseline): what makes applying a
+// version both exactly-once and durable without writing the file's pages back per version.
 //
-// A non-idempotent record is decoded into scratch and verified first; the elements it changes
-// (box-relative positions + their new bits) are then appended here as an OVERWRITE entry, synced
-// when the receiver is durable, and only then written into the model. Replaying entries is
-// idempotent, so after a crash the receiver replays the journal and skips the journaled records:
-// an xor is never applied twice, and a record cut short by the crash was not journaled, so its
-// box still holds the old bits and it is applied afresh. A torn last entry fails its checksum and
-// is dropped (it never reached the model).
+// Every record applied to the file is first decoded and verified in scratch, and the elements it
+// changes (box-relative positions and their new bits) are staged here as an idempotent OVERWRITE
+// entry. A batch of entries is written and synced (one fdatasync, when durable) before any of
+// them touches the file; only then are the changed elements written into the file's page cache.
+// The file itself is synced only at a checkpoint (every N versions or M bytes of log, when idle),
+// after which the log is emptied. So:
+// - a process killed mid-version finds the entries of its interrupted attempt past the size the
+//   log had at the last commit (`clean_bytes`): it replays them and skips their records, so an
+//   xor is never applied twice, and applies the rest afresh;
+// - after a reboot (the header names the boot that wrote the entries), pages written since the
+//   last checkpoint may never have reached the disk: every entry is replayed;
+// - a torn last entry fails its checksum and is cut off (it never reached the file).
 #pragma once
 
 #include <map>
@@ -23,50 +28,81 @@
 
 namespace refit::internal {
 
-class ApplyJournal {
+class RedoLog {
  public:
-  // Opens `path` for applying `version` on `base`: a journal of the same (version, base) is
-  // resumed (its valid entries loaded, a torn tail cut off); any other is discarded.
-  static Result<std::unique_ptr<ApplyJournal>> Open(const std::string& path, uint64_t version,
-                                                    uint64_t base, bool durable);
-  ~ApplyJournal();
+  // Opens (creating) the log at `path`. `clean_bytes`: its size when the owner last committed
+  // (0 or more than the file: nothing known): entries past it are an interrupted attempt and are
+  // indexed (Has / interrupted_entries), a torn tail among them is cut.
+  static Result<std::unique_ptr<RedoLog>> Open(const std::string& path, bool durable,
+                                               uint64_t clean_bytes);
+  ~RedoLog();
 
-  // Entries loaded from an earlier, interrupted attempt at this version.
-  size_t resumed_entries() const { return resumed_; }
+  // The version the file held, synced, when the log was last emptied (0: never).
+  uint64_t checkpoint_version() const { return checkpoint_version_; }
+  // The entries were written in another boot: the file's pages since the checkpoint may be lost.
+  bool written_in_another_boot() const { return other_boot_; }
+  // Size of the log file (entries written, staged ones excluded).
+  uint64_t bytes() const { return size_; }
+  bool empty() const { return size_ <= HeaderBytes(); }
+  // Entries of an interrupted attempt (past clean_bytes) found at Open.
+  size_t interrupted_entries() const { return interrupted_; }
   bool Has(const std::string& record_id) const { return ids_.count(record_id) != 0; }
+  bool HasIdWithPrefix(const std::string& prefix) const {
+    auto it = ids_.lower_bound(prefix);
+    return it != ids_.end() && it->compare(0, prefix.size(), prefix) == 0;
+  }
+  // The owner committed what the log holds (and recorded bytes() as its clean size): the ids
+  // written so far no longer name an interrupted attempt.
+  void MarkCommitted() {
+    ids_.clear();
+    interrupted_ = 0;
+  }
 
-  // Appends one overwrite entry (synced when durable) before the record touches the model.
-  // positions are box-relative row-major element indices; values holds positions.size() elements.
-  Status Append(const std::string& record_id, const std::string& tensor, const Box& box,
-                uint32_t elem_size, const std::vector<uint64_t>& positions, const uint8_t* values);
+  // Stages one overwrite entry; written by the next Flush. positions are box-relative row-major
+  // element indices; values holds count elements. Not thread-safe (callers serialize).
+  Status Stage(const std::string& record_id, const std::string& tensor, const Box& box,
+               uint32_t elem_size, const uint64_t* positions, uint64_t count,
+               const uint8_t* values);
+  uint64_t staged_bytes() const { return staged_.size(); }
+  // Writes the staged entries and syncs them (when durable): from here they survive a crash.
+  Status Flush();
+  // Appends every entry of `other` (another log of the same file's changes) and syncs them.
+  Status CopyEntriesFrom(const RedoLog& other);
+  // Drops the entries at offsets >= `size` (an interrupted attempt that is redone whole).
+  Status TruncateTo(uint64_t size);
 
-  // Writes every loaded entry into `tensors` (by name); idempotent.
-  Status Replay(const std::map<std::string, TensorView*>& tensors) const;
+  // Writes the entries at offsets >= from (default: every entry) into `tensors`; idempotent.
+  // Entries without changes (markers) name no tensor and are skipped.
+  Status Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from = 0) const;
+  // After a replay of every entry: the header names this boot (entries are replayed again only
+  // after another reboot).
+  Status MarkCurrentBoot();
+  // The file holds `version` and is synced: every entry is dropped.
+  Status Checkpoint(uint64_t version);
 
-  // The version is committed: the journal is no longer needed.
-  Status Remove();
+  static uint64_t HeaderBytes();
 
  private:
-  struct Entry {
-    std::string id;
-    std::string tensor;
-    Box box;
-    uint32_t elem_size = 0;
-    std::vector<uint64_t> positions;
-    std::vector<uint8_t> values;
-  };
-  ApplyJournal() = default;
-  Status Load(uint64_t file_size);
+  RedoLog() = default;
+  Status Index(uint64_t from);
+  Status WriteHeader(uint64_t version);
 
   std::string path_;
   int fd_ = -1;
   bool durable_ = false;
-  size_t resumed_ = 0;
+  bool other_boot_ = false;
+  uint64_t checkpoint_version_ = 0;
+  uint64_t size_ = 0;
+  size_t interrupted_ = 0;
   std::set<std::string> ids_;
-  std::vector<Entry> loaded_;
+  std::string staged_;
+  std::vector<std::string> staged_ids_;
 };
 
 // Element index in a row-major tensor of the box's i-th element (row-major within the box).
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i);
+
+// This boot's id (/proc/sys/kernel/random/boot_id), empty where the kernel has none.
+const std::string& CurrentBootId();
 
 }  // namespace refit::internal

@@ -102,7 +102,7 @@ struct Receiver::Impl {
   bool verify_payloads_first = false;
   uint64_t version = 0;
   // Set while a delta is being applied in place: the model is then neither `version` nor
-  // `applying` until that version is completed (resumed through the journal) or replaced by
+  // `applying` until that version is completed (resumed through the redo log) or replaced by
   // a full sync.
   uint64_t applying = 0;
   // Set while a full sync's new file replaces the model: after a crash the file's own version
@@ -111,7 +111,12 @@ struct Receiver::Impl {
   // Whether this process has made sure the ack of the version it started with exists (a crash
   // between committing a version locally and acknowledging it must not stall the sender).
   bool ack_checked = false;
-  std::unique_ptr<internal::ApplyJournal> journal;
+  // The model file's redo log (journal.h), open while there is a model file; `log_bytes` its
+  // size when the last version was committed (what lies past it is an interrupted attempt).
+  std::unique_ptr<internal::RedoLog> redo;
+  uint64_t log_bytes = 0;
+  uint64_t checkpoint_versions = 8;
+  uint64_t checkpoint_bytes = 0;  // 0: the model file's size
   bool asked_full = false;
   // With a key, only signed versions are taken (protocol/auth.h).
   std::optional<std::string> auth_key;
@@ -149,7 +154,7 @@ struct Receiver::Impl {
 
   std::string ModelPath() const { return state_dir + "/model.safetensors"; }
   std::string StatePath() const { return state_dir + "/receiver.json"; }
-  std::string JournalPath() const { return state_dir + "/apply.journal"; }
+  std::string LogPath() const { return state_dir + "/redo.log"; }
   std::string FailuresPath() const { return state_dir + "/failures.json"; }
   std::string DigestsPath() const { return state_dir + "/digests.json"; }
 
@@ -157,13 +162,13 @@ struct Receiver::Impl {
     return attached ? attached_views : model->tensors();
   }
   // Weights in caller memory are the caller's to persist: only a model file is synced.
-  Status SyncModel() { return attached ? Status::OK() : model->Sync(); }
 
   Status SaveState() {
     json j = {{"version", version}, {"receiver", id}};
     if (applying != 0) j["applying"] = applying;
     if (replacing != 0) j["replacing"] = replacing;
     if (!commit_sha256.empty()) j["commit_sha256"] = commit_sha256;
+    if (log_bytes != 0) j["log_bytes"] = log_bytes;
     return internal::WriteFileAtomic(StatePath(), j.dump(1));
   }
 
@@ -210,6 +215,7 @@ struct Receiver::Impl {
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "replacing", &saved_replacing));
     std::string saved_sha256;
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "commit_sha256", &saved_sha256));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, StatePath(), "log_bytes", &log_bytes));
     if (attached) {
       // The chain and the version stay ours; whether the memory holds it, Attach decides.
       version = saved_version;
@@ -230,12 +236,53 @@ struct Receiver::Impl {
       if (internal::HoldsVersion(*model, replacing)) {
         version = replacing;
         applying = 0;
-        ::unlink(JournalPath().c_str());
+        // The log was the replaced file's; the new file was synced before the rename.
+        redo.reset();
+        ::unlink(LogPath().c_str());
+        log_bytes = 0;
       }
       replacing = 0;
       REFIT_RETURN_NOT_OK(SaveState());
     }
+    return OpenLog();
+  }
+
+  // Opens the model's redo log; entries written before a reboot (the model's pages since the
+  // last checkpoint may not have reached the disk) are replayed into it.
+  Status OpenLog() {
+    redo.reset();
+    REFIT_ASSIGN_OR_RAISE(redo, internal::RedoLog::Open(LogPath(), durable, log_bytes));
+    if (redo->written_in_another_boot() && !redo->empty()) {
+      REFIT_RETURN_NOT_OK(ReplayLog(0));
+      REFIT_RETURN_NOT_OK(redo->MarkCurrentBoot());
+    }
     return Status::OK();
+  }
+
+  Status ReplayLog(uint64_t from) {
+    std::map<std::string, TensorView*> by_name;
+    std::vector<TensorView> tensors = ModelTensors();
+    for (TensorView& t : tensors) by_name[t.name] = &t;
+    return redo->Replay(by_name, from);
+  }
+
+  // The model file is synced and its redo log emptied every checkpoint_versions versions, once
+  // the log holds checkpoint_bytes (default: the model's size), or when `force`d (idle).
+  Status MaybeCheckpoint(bool force) {
+    if (attached || redo == nullptr || model == nullptr || applying != 0 || redo->empty()) {
+      return Status::OK();
+    }
+    const uint64_t cap = checkpoint_bytes != 0 ? checkpoint_bytes : model->file_size();
+    if (!force && version - redo->checkpoint_version() < checkpoint_versions &&
+        redo->bytes() < cap) {
+      return Status::OK();
+    }
+    internal::MaybeKillAt("redo.checkpoint");
+    REFIT_RETURN_NOT_OK(model->Sync());
+    internal::MaybeKillAt("redo.checkpoint_synced");
+    REFIT_RETURN_NOT_OK(redo->Checkpoint(version));
+    log_bytes = redo->bytes();
+    return SaveState();
   }
 
   // The commit of version v (verified against the key, if any), nullopt if there is none.
@@ -513,6 +560,14 @@ struct Receiver::Impl {
     REFIT_RETURN_NOT_OK(internal::ReplaceFile(tmp, ModelPath()));
     internal::MaybeKillAt("receiver.model_synced");
     REFIT_ASSIGN_OR_RAISE(model, SafetensorsFile::Open(ModelPath(), /*writable=*/true));
+    // The new file is synced: a log of the one it replaced is emptied (killed before this, the
+    // restart sees `replacing` and drops that log).
+    if (redo == nullptr) {
+      log_bytes = 0;
+      REFIT_RETURN_NOT_OK(OpenLog());
+    }
+    REFIT_RETURN_NOT_OK(redo->Checkpoint(c.version));
+    log_bytes = redo->bytes();
     return Status::OK();
   }
 
@@ -587,12 +642,13 @@ struct Receiver::Impl {
       applying = 0;
     } else {
       REFIT_RETURN_NOT_OK(VerifyPayloads(manifests));
-      // The model is marked `applying` (and the journal opened) only when its first byte is
-      // about to change: a version refused before that leaves state, journal and model alone.
+      // The model is marked `applying` (and its log's interrupted entries replayed) only when
+      // its first byte is about to change: a version refused before that leaves state, log and
+      // model alone.
       internal::ApplySink sink;
       sink.before_write = [&]() -> Status {
         REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
-        sink.journal = journal.get();
+        sink.journal = redo.get();
         if (attached) sink.applied_ids = &applied_records;
         return Status::OK();
       };
@@ -602,14 +658,17 @@ struct Receiver::Impl {
         };
       }
       REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, &stats, &sink));
-      REFIT_RETURN_NOT_OK(SyncModel());
+      // Durable through the redo log, synced per window: the model's pages are flushed lazily.
       internal::MaybeKillAt("receiver.model_synced");
       applying = 0;
     }
+    Stopwatch commit;
     version = c.version;
     replacing = 0;
     commit_sha256 = read.sha256;
+    if (redo != nullptr) log_bytes = redo->bytes();
     REFIT_RETURN_NOT_OK(SaveState());
+    if (redo != nullptr) redo->MarkCommitted();
     if (attached) {
       // What the memory now holds, to verify a loaded_version after a restart.
       digests.set_version(version);
@@ -620,17 +679,14 @@ struct Receiver::Impl {
     if (c.full) abandoned = 0;
     REFIT_RETURN_NOT_OK(SaveFailures());
     internal::MaybeKillAt("receiver.ack");
-    if (journal != nullptr) {
-      REFIT_RETURN_NOT_OK(journal->Remove());
-      journal.reset();
-    } else {
-      ::unlink(JournalPath().c_str());  // a journal of a version a full sync replaced
-    }
-    stats.total_seconds = total.Seconds();
     // Until the ack is stored, a failed put is redone by EnsureAcknowledged on the next poll.
     ack_checked = false;
-    REFIT_RETURN_NOT_OK(Acknowledge(c, stats.total_seconds, stats.counters.records));
+    REFIT_RETURN_NOT_OK(Acknowledge(c, total.Seconds(), stats.counters.records));
     ack_checked = true;
+    // After the ack: a due checkpoint does not delay the sender.
+    REFIT_RETURN_NOT_OK(MaybeCheckpoint(/*force=*/false));
+    stats.commit_seconds = commit.Seconds();
+    stats.total_seconds = total.Seconds();
     return stats;
   }
 
@@ -667,7 +723,7 @@ struct Receiver::Impl {
   }
 
   // Marks the model as being patched to version v (so that a crash leaves a receiver that knows
-  // its file is no longer `version`) and opens the journal, replaying an interrupted attempt.
+  // its file is no longer `version`) and replays the redo log of an interrupted attempt.
   Status BeginInPlace(uint64_t v, ApplyStats* stats) {
     stats->resumed = applying == v;
     if (applying != v) {
@@ -686,14 +742,12 @@ struct Receiver::Impl {
       stats->resumed_skipped_records = 0;
       return Status::OK();
     }
-    REFIT_ASSIGN_OR_RAISE(journal,
-                          internal::ApplyJournal::Open(JournalPath(), v, version, durable));
-    stats->resumed_entries = journal->resumed_entries();
-    if (journal->resumed_entries() > 0) {
-      std::map<std::string, TensorView*> by_name;
-      std::vector<TensorView> tensors = ModelTensors();
-      for (TensorView& t : tensors) by_name[t.name] = &t;
-      REFIT_RETURN_NOT_OK(journal->Replay(by_name));
+    if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
+    // Entries past the size of the last commit are this version's interrupted attempt: their
+    // records are replayed (they may not all have reached the model) and skipped.
+    stats->resumed_entries = stats->resumed ? redo->interrupted_entries() : 0;
+    if (stats->resumed && redo->bytes() > log_bytes) {
+      REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
     }
     return Status::OK();
   }
@@ -782,6 +836,10 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(m.state_dir, m.config.RequireString("receiver.state_dir"));
   REFIT_ASSIGN_OR_RAISE(m.apply_bytes, m.config.GetSize("receiver.apply_bytes", 256ull << 20));
   REFIT_ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
+  REFIT_ASSIGN_OR_RAISE(int64_t checkpoint_versions,
+                        m.config.GetInt("receiver.checkpoint_versions", 8));
+  m.checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, checkpoint_versions));
+  REFIT_ASSIGN_OR_RAISE(m.checkpoint_bytes, m.config.GetSize("receiver.checkpoint_bytes", 0));
   REFIT_ASSIGN_OR_RAISE(m.verify_payloads_first,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
@@ -862,6 +920,8 @@ std::string NeedFull(const std::string& id, const std::string& why) {
 }
 
 }  // namespace
+
+Status Receiver::Checkpoint() { return impl_->MaybeCheckpoint(/*force=*/true); }
 
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;

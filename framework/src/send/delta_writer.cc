@@ -126,8 +126,10 @@ void DeltaWriter::Compute(Slot& slot) {
   const uint8_t* new_bits = nullptr;
   const uint8_t* old_bits = nullptr;
   ReadBits(slot, &new_bits, &old_bits);
-  // Only an encoder reads the packed values (a dense record copies the bits at commit).
-  const bool encodes = single_ != nullptr || auto_ != nullptr;
+  // Only an encoder (and a changes sink) reads the packed values (a dense record copies the bits
+  // at commit).
+  const bool encoder = single_ != nullptr || auto_ != nullptr;
+  const bool encodes = encoder || changes_ != nullptr;
   uint64_t digest = 0;
   const uint64_t changed = DiffAndDigest(slot, new_bits, old_bits, encodes, &digest);
   slot.diff_seconds = diff_clock.Seconds();
@@ -151,7 +153,7 @@ void DeltaWriter::Compute(Slot& slot) {
   // Encoded into scratch first: a record the encoding would make at least as large as the bits
   // themselves is sent dense instead (never bigger, always applies). Full syncs are dense; the
   // dense copy is made at commit, straight into the payload.
-  if (old_bits == nullptr || !encodes) return;
+  if (old_bits == nullptr || !encoder) return;
   if (single_ != nullptr) {
     EncodeSingle(slot, n * elem);
   } else {
@@ -325,6 +327,13 @@ Status DeltaWriter::Commit(Slot& slot) {
     encode_seconds += clock.Seconds();
   }
   slot.header.tensor = std::move(tensor);  // for the caller's error context
+  if (changes_ && !slot.header.create) {
+    const SliceSource& src = *slot.src;
+    Box local = slot.rel;
+    for (size_t d = 0; d < local.offset.size(); ++d) local.offset[d] += src.local_box.offset[d];
+    REFIT_RETURN_NOT_OK(
+        changes_(src, local, slot.positions.data(), slot.positions.size(), slot.new_values.data()));
+  }
   counters.changed_elements += changed;
   counters.changed_bytes += changed * SizeOf(slot.src->dtype);
   ++counters.records;

@@ -20,7 +20,8 @@ namespace refit::internal {
 // One slice to diff and encode: a box of a local tensor that maps onto a box (same extent) of a
 // canonical tensor.
 struct SliceSource {
-  std::string tensor;  // canonical name
+  std::string tensor;        // canonical name
+  std::string local_tensor;  // the local tensor's name
   DType dtype = DType::kU8;
   Shape canonical_shape;
   Shape canonical_offset;
@@ -44,6 +45,13 @@ class DeltaWriter {
               uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
               unsigned threads = 0);
   ~DeltaWriter();  // waits for chunks still in flight (after an error)
+
+  // Called in record order, on the caller's thread, with the changes of each delta record (not
+  // of a full sync's): its local tensor and box, box-relative positions and the new bits.
+  using ChangesFn =
+      std::function<Status(const SliceSource& slice, const Box& local_box,
+                           const uint64_t* positions, uint64_t count, const uint8_t* new_values)>;
+  void SetChangesSink(ChangesFn fn) { changes_ = std::move(fn); }
 
   Status Add(const SliceSource& slice);
   Status Finish();  // waits for every chunk, flushes the last partial payload
@@ -84,6 +92,7 @@ class DeltaWriter {
   uint64_t bucket_bytes_;
   PayloadBuilder builder_;
   FlushFn flush_;
+  ChangesFn changes_;
   unsigned threads_;
   bool prepared_ = false;
   const Encoding* dense_ = nullptr;

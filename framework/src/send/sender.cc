@@ -44,6 +44,7 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
   const refit_slice_map_t& sm = s.map.map;
   internal::SliceSource src;
   src.tensor = s.map.canonical_name;
+  src.local_tensor = s.local_name;
   src.dtype = t.dtype;
   src.canonical_shape.assign(sm.canonical_shape, sm.canonical_shape + sm.ndim);
   src.canonical_offset.assign(sm.canonical_offset, sm.canonical_offset + sm.ndim);
@@ -53,6 +54,18 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
   src.new_bits = t.bytes();
   src.old_bits = old != nullptr ? old->bytes() : nullptr;
   return src;
+}
+
+// Feeds a delta's pending log with each record's changes (ids `prefix` + a counter).
+internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, const char* prefix) {
+  return [log, prefix, entries = uint64_t{0}](const internal::SliceSource& src, const Box& box,
+                                              const uint64_t* positions, uint64_t count,
+                                              const uint8_t* values) mutable -> Status {
+    REFIT_RETURN_NOT_OK(log->Stage(prefix + std::to_string(entries++), src.local_tensor, box,
+                                   SizeOf(src.dtype), positions, count, values));
+    // Written in pieces: the changes of a version are not all held in memory.
+    return log->staged_bytes() > (64ull << 20) ? log->Flush() : Status::OK();
+  };
 }
 
 // Adds a slice to the writer, cut into pieces at the receivers' shard boundaries when `cuts`
@@ -113,12 +126,19 @@ struct Sender::Impl {
   ProgressFn progress;  // SetProgress: reported from DiffSlices
 
   uint64_t baseline_version = 0;
+  // The baseline file's redo log, open while there is a baseline; `log_bytes` its size after the
+  // last completed advance (what lies past it is an interrupted one).
+  std::unique_ptr<internal::RedoLog> redo;
+  uint64_t log_bytes = 0;
+  uint64_t checkpoint_versions = 8;
+  uint64_t checkpoint_bytes = 0;  // 0: the baseline file's size
   uint64_t published_version = 0;
   bool published_full = false;
   bool force_full = false;
   std::unique_ptr<SafetensorsFile> baseline;
   std::vector<Ack> acks;
   uint64_t advance_resumed_entries = 0;  // of the last baseline advance
+  double advance_seconds = 0;            // of the last baseline advance
   // With a key, manifests and commits are signed and name their objects' SHA-256.
   std::optional<std::string> auth_key;
   // Rank 0: SHA-256 of the COMMIT of published_version, the `prev` of the next commit.
@@ -147,6 +167,7 @@ struct Sender::Impl {
               {"published_full", published_full},
               {"force_full", force_full}};
     if (!commit_sha256.empty()) j["commit_sha256"] = commit_sha256;
+    if (log_bytes != 0) j["log_bytes"] = log_bytes;
     if (manifest_version != 0) {
       j["manifest_version"] = manifest_version;
       j["manifest_sha256"] = manifest_sha256;
@@ -174,6 +195,7 @@ struct Sender::Impl {
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "commit_sha256", &commit_sha256));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "manifest_version", &manifest_version));
     REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "manifest_sha256", &manifest_sha256));
+    REFIT_RETURN_NOT_OK(internal::ReadStateField(j, path, "log_bytes", &log_bytes));
     if (baseline_version > 0) {
       auto file = SafetensorsFile::Open(BaselinePath(), /*writable=*/true);
       if (!file.ok()) {
@@ -182,9 +204,47 @@ struct Sender::Impl {
         force_full = true;
       } else {
         baseline = std::move(file).value();
+        REFIT_RETURN_NOT_OK(OpenLog());
       }
     }
     return Status::OK();
+  }
+
+  // The baseline's redo log (receive/journal.h): entries written before a reboot are replayed
+  // (the baseline's pages since the last checkpoint may not have reached the disk).
+  Status OpenLog() {
+    redo.reset();
+    REFIT_ASSIGN_OR_RAISE(redo,
+                          internal::RedoLog::Open(AdvanceLogPath(), /*durable=*/true, log_bytes));
+    if (redo->written_in_another_boot() && !redo->empty()) {
+      REFIT_RETURN_NOT_OK(ReplayLog(0));
+      REFIT_RETURN_NOT_OK(redo->MarkCurrentBoot());
+    }
+    return Status::OK();
+  }
+
+  Status ReplayLog(uint64_t from) {
+    std::vector<TensorView> views = baseline->tensors();
+    std::map<std::string, TensorView*> all;
+    for (TensorView& t : views) all[t.name] = &t;
+    return redo->Replay(all, from);
+  }
+
+  // The baseline file is synced and its log emptied every checkpoint_versions versions or once
+  // the log holds checkpoint_bytes (default: the baseline's size).
+  Status MaybeCheckpoint() {
+    if (redo == nullptr || baseline == nullptr || redo->empty()) return Status::OK();
+    const uint64_t cap = checkpoint_bytes != 0 ? checkpoint_bytes : baseline->file_size();
+    if (baseline_version - redo->checkpoint_version() < checkpoint_versions &&
+        redo->bytes() < cap) {
+      return Status::OK();
+    }
+    internal::MaybeKillAt("redo.checkpoint");
+    REFIT_RETURN_NOT_OK(baseline->Sync());
+    internal::MaybeKillAt("redo.checkpoint_synced");
+    REFIT_RETURN_NOT_OK(redo->Checkpoint(baseline_version));
+    log_bytes = redo->bytes();
+    return SaveState();
   }
 
   // The slices this rank sends (a replicated slice is sent by its owner rank only).
@@ -416,8 +476,53 @@ struct Sender::Impl {
     return std::move(ack).value();
   }
 
-  std::string AdvanceJournalPath() const {
-    return state_dir + "/advance.r" + std::to_string(rank) + ".journal";
+  std::string AdvanceLogPath() const {
+    return state_dir + "/baseline.r" + std::to_string(rank) + ".redo.log";
+  }
+  // The changes of the published delta, from the diff that made it: the baseline advances by
+  // them once it is acknowledged (no decode of our own payloads).
+  std::string PendingLogPath() const {
+    return state_dir + "/baseline.r" + std::to_string(rank) + ".pending.log";
+  }
+
+  // Starts the pending changes of `version` (a delta): a new log the writer stages into.
+  Result<std::unique_ptr<internal::RedoLog>> StartPendingLog(uint64_t version) {
+    ::unlink(PendingLogPath().c_str());
+    // Not synced: lost to a power cut, the advance decodes our payloads instead.
+    REFIT_ASSIGN_OR_RAISE(auto log, internal::RedoLog::Open(PendingLogPath(), false, 0));
+    REFIT_RETURN_NOT_OK(log->Checkpoint(version));
+    return log;
+  }
+
+  // Marks the pending log complete (a marker entry) and writes it.
+  static Status FinishPendingLog(internal::RedoLog& log) {
+    REFIT_RETURN_NOT_OK(log.Stage(kPendingEnd, "", Box{}, 1, nullptr, 0, nullptr));
+    return log.Flush();
+  }
+  // Ids of the pending log's entries (copied into the redo log: an interrupted copy is known by
+  // them) and of its closing marker.
+  static constexpr char kPendingPrefix[] = "pending#";
+  static constexpr char kPendingEnd[] = "pending#end";
+
+  // The pending changes of the published version, if they were written whole.
+  std::unique_ptr<internal::RedoLog> OpenPendingLog() const {
+    auto log = internal::RedoLog::Open(PendingLogPath(), false, 0);
+    if (!log.ok() || log.value()->checkpoint_version() != published_version ||
+        !log.value()->Has(kPendingEnd)) {
+      return nullptr;
+    }
+    return std::move(log).value();
+  }
+
+  // Advances the baseline by the pending changes: copied into its redo log (synced), then
+  // written into the file.
+  Status AdvanceFromPending(internal::RedoLog& pending) {
+    REFIT_RETURN_NOT_OK(redo->CopyEntriesFrom(pending));
+    internal::MaybeKillAt("sender.advance");
+    std::vector<TensorView> views = baseline->tensors();
+    std::map<std::string, TensorView*> all;
+    for (TensorView& t : views) all[t.name] = &t;
+    return pending.Replay(all);
   }
 
   // The baseline is not advanced to the published version (a receiver asked for a full sync, or
@@ -431,7 +536,9 @@ struct Sender::Impl {
     baseline.reset();
     baseline_version = 0;
     force_full = true;
-    ::unlink(AdvanceJournalPath().c_str());
+    redo.reset();
+    ::unlink(AdvanceLogPath().c_str());
+    log_bytes = 0;
     return SaveState();
   }
 
@@ -472,59 +579,97 @@ struct Sender::Impl {
       }
       internal::MaybeKillAt("sender.advance");
       REFIT_ASSIGN_OR_RAISE(baseline, SafetensorsFile::Open(BaselinePath(), /*writable=*/true));
+      // The full copy was synced when written: the log of the baseline it replaced is emptied.
+      if (redo == nullptr) {
+        log_bytes = 0;
+        REFIT_RETURN_NOT_OK(OpenLog());
+      }
+      REFIT_RETURN_NOT_OK(redo->Checkpoint(published_version));
+      log_bytes = redo->bytes();
     } else {
-      if (baseline == nullptr) return Status::Internal("delta published without a baseline");
-      REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
-                            internal::GetStable(*out, ManifestKey(published_version, rank),
-                                                internal::kMaxControlBytes));
-      if (manifest_version == published_version && !manifest_sha256.empty() &&
-          internal::Sha256Hex(mbytes.data(), mbytes.size()) != manifest_sha256) {
-        return DropBaseline(ManifestKey(published_version, rank) +
-                            " differs from the manifest this rank published");
-      }
-      REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
-                                                      ManifestKey(published_version, rank)));
-      // Canonical record boxes back to local boxes through the same slice maps that made them.
-      std::vector<TensorView> locals = baseline->tensors();
-      std::map<std::string, TensorView*> by_name;
-      for (TensorView& t : locals) by_name[t.name] = &t;
-      REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
-      internal::TensorResolver resolve =
-          internal::SliceResolver(std::move(slices), std::move(by_name), /*skip_foreign=*/false);
-      // xor/step records must reach the baseline exactly once even if we crash in between.
-      REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::ApplyJournal> journal,
-                            internal::ApplyJournal::Open(AdvanceJournalPath(), published_version,
-                                                         baseline_version, /*durable=*/true));
-      advance_resumed_entries = journal->resumed_entries();
-      if (journal->resumed_entries() > 0) {
-        std::vector<TensorView> views = baseline->tensors();
-        std::map<std::string, TensorView*> all;
-        for (TensorView& t : views) all[t.name] = &t;
-        REFIT_RETURN_NOT_OK(journal->Replay(all));
-      }
-      std::vector<uint8_t> scratch;
-      std::vector<uint8_t> bytes;
-      for (const PayloadRef& p : m.payloads) {
-        REFIT_RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
-                                .WithContext("advancing the baseline to version " +
-                                             std::to_string(published_version)));
-        if (!p.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != p.sha256) {
-          return DropBaseline(p.key + " differs from the payload this rank published");
-        }
-        REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
-        internal::ApplySink sink;
-        sink.journal = journal.get();
-        REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX,
-                                                   scratch, nullptr, &sink));
-        internal::MaybeKillAt("sender.advance");
-      }
-      REFIT_RETURN_NOT_OK(baseline->Sync());
-      baseline_version = published_version;
-      REFIT_RETURN_NOT_OK(SaveState());
-      return journal->Remove();
+      return AdvanceDelta();
     }
     baseline_version = published_version;
     return SaveState();
+  }
+
+  // Advances the baseline by our own published delta once every receiver acknowledged it: by the
+  // pending changes the diff recorded, else (lost to a crash) by decoding our payloads. Either
+  // way each payload is re-read and checked against what this rank published.
+  Status AdvanceDelta() {
+    if (baseline == nullptr) return Status::Internal("delta published without a baseline");
+    REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
+                          internal::GetStable(*out, ManifestKey(published_version, rank),
+                                              internal::kMaxControlBytes));
+    if (manifest_version == published_version && !manifest_sha256.empty() &&
+        internal::Sha256Hex(mbytes.data(), mbytes.size()) != manifest_sha256) {
+      return DropBaseline(ManifestKey(published_version, rank) +
+                          " differs from the manifest this rank published");
+    }
+    REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
+                                                    ManifestKey(published_version, rank)));
+    if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
+    // An interrupted attempt copied the pending changes into the redo log: whole (its marker is
+    // there), replaying them is the advance; torn, the baseline was not touched yet (the copy is
+    // synced before any write) and it is dropped.
+    const bool copied = redo->Has(kPendingEnd);
+    if (copied) advance_resumed_entries = redo->interrupted_entries();
+    if (!copied && redo->HasIdWithPrefix(kPendingPrefix)) {
+      REFIT_RETURN_NOT_OK(redo->TruncateTo(log_bytes));
+    }
+    std::unique_ptr<internal::RedoLog> pending = copied ? nullptr : OpenPendingLog();
+    internal::TensorResolver resolve;
+    std::vector<TensorView> locals;  // what the resolver points into
+    if (pending == nullptr && !copied) {
+      // Canonical record boxes back to local boxes through the same slice maps that made them.
+      locals = baseline->tensors();
+      std::map<std::string, TensorView*> by_name;
+      for (TensorView& t : locals) by_name[t.name] = &t;
+      REFIT_ASSIGN_OR_RAISE(std::vector<LocalSlice> slices, MapAll(locals));
+      resolve = internal::SliceResolver(std::move(slices), std::move(by_name),
+                                        /*skip_foreign=*/false);
+      // Entries past the size of the last completed advance are an interrupted one: replayed,
+      // their records skipped.
+      advance_resumed_entries = redo->interrupted_entries();
+      if (redo->bytes() > log_bytes) REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
+    }
+    std::vector<uint8_t> scratch;
+    std::vector<uint8_t> bytes;
+    for (const PayloadRef& p : m.payloads) {
+      REFIT_RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
+                              .WithContext("advancing the baseline to version " +
+                                           std::to_string(published_version)));
+      if (!p.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != p.sha256) {
+        return DropBaseline(p.key + " differs from the payload this rank published");
+      }
+      if (pending != nullptr || copied) continue;
+      REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
+      internal::ApplySink sink;
+      sink.journal = redo.get();
+      REFIT_RETURN_NOT_OK(internal::ApplyPayload(payload, *encodings, resolve, UINT64_MAX, scratch,
+                                                 nullptr, &sink));
+      internal::MaybeKillAt("sender.advance");
+    }
+    if (copied) REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
+    if (pending != nullptr) REFIT_RETURN_NOT_OK(AdvanceFromPending(*pending));
+    baseline_version = published_version;
+    log_bytes = redo->bytes();
+    REFIT_RETURN_NOT_OK(SaveState());
+    redo->MarkCommitted();
+    ::unlink(PendingLogPath().c_str());
+    return MaybeCheckpoint();
+  }
+
+  // A delta's pending log, fed by the writer with every record's changes (none for a full sync).
+  Result<std::unique_ptr<internal::RedoLog>> TrackChanges(bool full, uint64_t version,
+                                                          internal::DeltaWriter& writer) {
+    if (full) {
+      ::unlink(PendingLogPath().c_str());
+      return std::unique_ptr<internal::RedoLog>();
+    }
+    REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::RedoLog> pending, StartPendingLog(version));
+    writer.SetChangesSink(PendingChangesSink(pending.get(), kPendingPrefix));
+    return pending;
   }
 
   // Publish's steps (defined here, in the class, so they stay hidden in librefit.so).
@@ -629,6 +774,9 @@ struct Sender::Impl {
     if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
     REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
     REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
+    REFIT_ASSIGN_OR_RAISE(int64_t versions, config.GetInt("sender.checkpoint_versions", 8));
+    checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, versions));
+    REFIT_ASSIGN_OR_RAISE(checkpoint_bytes, config.GetSize("sender.checkpoint_bytes", 0));
     REFIT_ASSIGN_OR_RAISE(full_every, config.GetInt("sender.full_every", 0));
     REFIT_ASSIGN_OR_RAISE(poll_ms, config.GetInt("sender.poll_interval_ms", 50));
     REFIT_ASSIGN_OR_RAISE(std::string mode, config.GetString("sender.mode", "tp"));
@@ -763,7 +911,9 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   // A need-full request makes the next version full: it needs no baseline, so this one is not
   // advanced (nor read back) at all.
+  Stopwatch advance;
   REFIT_RETURN_NOT_OK(need_full ? m.DropBaseline("") : m.AdvanceBaseline());
+  m.advance_seconds = advance.Seconds();
   if (m.out != m.transport.get()) {
     // A pp stage member's staged parts of this version were forwarded (before the commit) and
     // are now in the baseline: the node-local staging area keeps nothing older.
@@ -787,10 +937,12 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     Stopwatch wait;
     REFIT_RETURN_NOT_OK(m.RecoverUnfinished(&stats));
     m.advance_resumed_entries = 0;
+    m.advance_seconds = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
     stats.advance_resumed_entries = m.advance_resumed_entries;
-    stats.wait_seconds = wait.Seconds();
+    stats.advance_seconds = m.advance_seconds;
+    stats.wait_seconds = wait.Seconds() - m.advance_seconds;
   }
   const uint64_t version = m.published_version + 1;
   std::map<std::string, const TensorView*> old_by_name;
@@ -826,8 +978,12 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         return putter.Submit(ref.key, std::move(payload));
       },
       m.threads);
+  // A delta's changes are kept as they are diffed: the baseline advances by them once acked.
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::RedoLog> pending,
+                        m.TrackChanges(full, version, writer));
   REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));
   REFIT_RETURN_NOT_OK(writer.Finish());
+  if (pending != nullptr) REFIT_RETURN_NOT_OK(m.FinishPendingLog(*pending));
   REFIT_RETURN_NOT_OK(putter.Drain());
   stats.send_seconds = putter.wait_seconds();
 
@@ -835,7 +991,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   manifest.changed_elements = writer.counters.changed_elements;
   manifest.model_bytes = writer.counters.model_bytes;
   manifest.changed_bytes = writer.counters.changed_bytes;
+  Stopwatch commit;
   REFIT_RETURN_NOT_OK(m.PutManifestAndCommit(manifest, full, weights));
+  stats.commit_seconds = commit.Seconds();
 
   stats.version = version;
   stats.base_version = manifest.base_version;
