@@ -32,6 +32,16 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// sender.metrics_file: a file that cannot be written is a warning, not an error, because the
+// version is published and scripts retry a failed `refit send` (which would publish another).
+void RecordSendMetrics(SenderMetrics& metrics, const Result<SyncStats>& published) {
+  Status written = metrics.Record(published);
+  if (!written.ok()) {
+    std::fprintf(stderr, "refit: warning: sender.metrics_file not written: %s\n",
+                 written.message().c_str());
+  }
+}
+
 void PrintApplied(const ApplyStats& s) {
   std::printf("applied version %" PRIu64 " (%s): %" PRIu64 " records in %" PRIu64
               " payloads, %s, %.3f s\n",
@@ -72,12 +82,16 @@ Status RunSend(const SendOptions& o) {
     }
   }
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SenderMetrics> metrics,
+                        SenderMetrics::Make(config, o.rank, o.world));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
                         SafetensorsFile::Open(weights_path));
   internal::ProgressMeter progress("send");
   sender->SetProgress(progress.Callback());
-  REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
+  Result<SyncStats> published = sender->Publish(weights->tensors());
   progress.Finish();
+  RecordSendMetrics(*metrics, published);
+  REFIT_ASSIGN_OR_RAISE(SyncStats s, std::move(published));
   // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
   if (s.adopted_commit) {
     std::printf("recovered: version %" PRIu64 " was committed by an earlier attempt; adopted\n",

@@ -44,6 +44,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"sender.verify_puts", REFIT_CFG_BOOL, "true",
        "read every put object back (size and bytes) and redo puts that stored something else; "
        "the commit is written only once every object it names is verified"},
+      {"sender.metrics_file", REFIT_CFG_STRING, "\"\"",
+       "Prometheus text file rewritten (temp + rename) after every publish, for node_exporter's "
+       "textfile collector; \"{rank}\" is replaced by the rank (docs/serve.md)"},
       {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
       {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
       {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
