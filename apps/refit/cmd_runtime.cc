@@ -42,6 +42,9 @@ void RecordSendMetrics(SenderMetrics& metrics, const Result<SyncStats>& publishe
   }
 }
 
+}  // namespace
+
+// Shared with `refit serve` (commands.h).
 void PrintApplied(const ApplyStats& s) {
   std::printf("applied version %" PRIu64 " (%s): %" PRIu64 " records in %" PRIu64
               " payloads, %s, %.3f s\n",
@@ -54,6 +57,8 @@ void PrintApplied(const ApplyStats& s) {
   }
   std::fflush(stdout);
 }
+
+namespace {
 
 // The process's peak resident set (VmHWM: anonymous memory plus the touched pages of mapped
 // files, i.e. the weights and baseline this rank maps); 0 where /proc is unavailable.

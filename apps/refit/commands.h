@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/receiver.h"
 #include "refit/status.h"
 
 namespace CLI {
@@ -30,6 +31,7 @@ using Commands = std::vector<Command>;
 void RegisterDemo(CLI::App& app, Commands& commands);
 void RegisterOffline(CLI::App& app, Commands& commands);  // diff, apply, inspect, plugins
 void RegisterSendRecv(CLI::App& app, Commands& commands);
+void RegisterServe(CLI::App& app, Commands& commands);
 void RegisterPlan(CLI::App& app, Commands& commands);
 void RegisterShard(CLI::App& app, Commands& commands);
 void RegisterBench(CLI::App& app, Commands& commands);
@@ -69,6 +71,14 @@ struct RecvOptions {
   bool quiet = false;
 };
 Status RunRecv(const RecvOptions& options);
+// One line (two for a resumed apply) on stdout per applied version, as `refit recv` prints it.
+void PrintApplied(const ApplyStats& stats);
+
+struct ServeOptions {
+  std::string config_path;
+  std::string listen;  // HOST:PORT; empty: serve.listen of the config
+};
+Status RunServe(const ServeOptions& options);
 
 struct ShardOptions {
   std::string input;           // the HuggingFace checkpoint
