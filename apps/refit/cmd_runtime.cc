@@ -38,40 +38,37 @@ double Now() {
 // When the program was loaded: the process's own seconds include plugin loading.
 const double kProcessStart = Now();
 
-// "name 0.012 s, ..." of the stages that took any time.
-std::string StageLine(const std::vector<std::pair<const char*, double>>& stages) {
+// "name 0.012 s, ..." of the stages (refit/metrics.h).
+std::string StageLine(const std::vector<std::pair<std::string, double>>& stages) {
   std::string line;
   for (const auto& [name, seconds] : stages) {
     char item[64];
-    std::snprintf(item, sizeof(item), "%s%s %.3f s", line.empty() ? "" : ", ", name, seconds);
+    std::snprintf(item, sizeof(item), "%s%s %.3f s", line.empty() ? "" : ", ", name.c_str(),
+                  seconds);
     line += item;
   }
   return line;
 }
 
-std::vector<std::pair<const char*, double>> ApplyStages(const ApplyStats& s) {
-  return {{"fetch", s.fetch_seconds},   {"decode", s.decode_seconds},
-          {"verify", s.verify_seconds}, {"log sync", s.log_sync_seconds},
-          {"write", s.write_seconds},   {"apply", s.apply_seconds},
-          {"commit", s.commit_seconds}};
-}
-
-std::vector<std::pair<const char*, double>> SendStages(const SyncStats& s) {
-  return {{"read", s.read_seconds},    {"wait", s.wait_seconds},     {"advance", s.advance_seconds},
-          {"diff", s.diff_seconds},    {"encode", s.encode_seconds}, {"put", s.send_seconds},
-          {"commit", s.commit_seconds}};
-}
-
-json StagesJson(const std::vector<std::pair<const char*, double>>& stages) {
+json StagesJson(const std::vector<std::pair<std::string, double>>& stages) {
   json j = json::object();
-  for (const auto& [name, seconds] : stages) {
-    std::string key = name;
-    for (char& c : key) c = c == ' ' ? '_' : c;
-    j[key] = seconds;
-  }
+  for (const auto& [name, seconds] : stages) j[name] = seconds;
   return j;
 }
 
+// sender.metrics_file: a file that cannot be written is a warning, not an error, because the
+// version is published and scripts retry a failed `refit send` (which would publish another).
+void RecordSendMetrics(SenderMetrics& metrics, const Result<SyncStats>& published) {
+  Status written = metrics.Record(published);
+  if (!written.ok()) {
+    std::fprintf(stderr, "refit: warning: sender.metrics_file not written: %s\n",
+                 written.message().c_str());
+  }
+}
+
+}  // namespace
+
+// Shared with `refit serve` (commands.h).
 void PrintApplied(const ApplyStats& s, bool as_json) {
   if (as_json) {
     json j = {{"version", s.version},
@@ -85,7 +82,7 @@ void PrintApplied(const ApplyStats& s, bool as_json) {
               {"resumed_skipped_records", s.resumed_skipped_records},
               {"seconds", s.total_seconds},
               {"process_seconds", Now() - kProcessStart},
-              {"stages", StagesJson(ApplyStages(s))}};
+              {"stages", StagesJson(ReceiverStageSeconds(s))}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
     return;
@@ -94,7 +91,7 @@ void PrintApplied(const ApplyStats& s, bool as_json) {
               " payloads, %s, %.3f s\n",
               s.version, s.full ? "full" : "delta", s.counters.records, s.payloads,
               HumanBytes(s.payload_bytes).c_str(), s.total_seconds);
-  std::printf("  stages: %s\n", StageLine(ApplyStages(s)).c_str());
+  std::printf("  stages: %s\n", StageLine(ReceiverStageSeconds(s)).c_str());
   if (s.resumed || s.resumed_entries > 0 || s.resumed_skipped_records > 0) {
     std::printf("  resumed an interrupted apply: replayed %" PRIu64
                 " journal entries, skipped %" PRIu64 " records already applied\n",
@@ -102,6 +99,8 @@ void PrintApplied(const ApplyStats& s, bool as_json) {
   }
   std::fflush(stdout);
 }
+
+namespace {
 
 // The process's peak resident set (VmHWM: anonymous memory plus the touched pages of mapped
 // files, i.e. the weights and baseline this rank maps); 0 where /proc is unavailable.
@@ -136,7 +135,7 @@ Status PrintSendJson(const SendOptions& o, const Config& config, Sender& sender,
             {"republished", s.republished},
             {"advance_resumed_entries", s.advance_resumed_entries},
             {"seconds", s.total_seconds},
-            {"stages", StagesJson(SendStages(s))}};
+            {"stages", StagesJson(SenderStageSeconds(s))}};
   if (o.wait) {
     REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
     const double start = Now();
@@ -163,15 +162,19 @@ Status RunSend(const SendOptions& o) {
     }
   }
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SenderMetrics> metrics,
+                        SenderMetrics::Make(config, o.rank, o.world));
   const double read_start = Now();
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
                         SafetensorsFile::Open(weights_path));
   const double read_seconds = Now() - read_start;
   internal::ProgressMeter progress("send");
   sender->SetProgress(progress.Callback());
-  REFIT_ASSIGN_OR_RAISE(SyncStats s, sender->Publish(weights->tensors()));
-  s.read_seconds = read_seconds;
+  Result<SyncStats> published = sender->Publish(weights->tensors());
   progress.Finish();
+  RecordSendMetrics(*metrics, published);
+  REFIT_ASSIGN_OR_RAISE(SyncStats s, std::move(published));
+  s.read_seconds = read_seconds;
   if (o.json) return PrintSendJson(o, config, *sender, s);
   // Recovery of an earlier attempt that died (docs/reliability.md), one line each.
   if (s.adopted_commit) {
@@ -196,7 +199,7 @@ Status RunSend(const SendOptions& o) {
       HumanCount(s.counters.total_elements).c_str(), HumanBytes(s.payload_bytes).c_str(),
       s.counters.model_bytes ? static_cast<double>(s.payload_bytes) / s.counters.model_bytes : 0.0,
       s.payloads, s.total_seconds);
-  std::printf("  stages: %s\n", StageLine(SendStages(s)).c_str());
+  std::printf("  stages: %s\n", StageLine(SenderStageSeconds(s)).c_str());
   if (o.wait) {
     REFIT_ASSIGN_OR_RAISE(double timeout, config.GetDouble("sender.ack_timeout_s", 600));
     REFIT_ASSIGN_OR_RAISE(std::vector<std::string> receivers,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "refit/config.h"
+#include "refit/receiver.h"
 #include "refit/status.h"
 
 namespace CLI {
@@ -30,10 +31,12 @@ using Commands = std::vector<Command>;
 void RegisterDemo(CLI::App& app, Commands& commands);
 void RegisterOffline(CLI::App& app, Commands& commands);  // diff, apply, inspect, plugins
 void RegisterSendRecv(CLI::App& app, Commands& commands);
+void RegisterServe(CLI::App& app, Commands& commands);
 void RegisterPlan(CLI::App& app, Commands& commands);
 void RegisterShard(CLI::App& app, Commands& commands);
 void RegisterBench(CLI::App& app, Commands& commands);
 void RegisterBenchApply(CLI::App& bench, Commands& commands);  // `bench apply`, under `bench`
+void RegisterBenchTrajectory(CLI::App& bench, Commands& commands);  // `bench trajectory`
 
 struct DemoOptions {
   uint64_t params = 100'000'000;
@@ -71,6 +74,14 @@ struct RecvOptions {
   bool json = false;  // one JSON object per applied version on stdout (JSON lines)
 };
 Status RunRecv(const RecvOptions& options);
+// One line (two for a resumed apply) on stdout per applied version, as `refit recv` prints it.
+void PrintApplied(const ApplyStats& stats, bool as_json = false);
+
+struct ServeOptions {
+  std::string config_path;
+  std::string listen;  // HOST:PORT; empty: serve.listen of the config
+};
+Status RunServe(const ServeOptions& options);
 
 struct ShardOptions {
   std::string input;           // the HuggingFace checkpoint

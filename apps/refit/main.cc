@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   RegisterDemo(app, commands);
   RegisterOffline(app, commands);
   RegisterSendRecv(app, commands);
+  RegisterServe(app, commands);
   RegisterPlan(app, commands);
   RegisterShard(app, commands);
   RegisterBench(app, commands);

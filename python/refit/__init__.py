@@ -89,6 +89,12 @@ class Sender:
             timeout = float(self.config.get("sender.ack_timeout_s") or 600)
         self._core.wait(float(timeout))
 
+    def metrics(self):
+        """This rank's counters in the Prometheus text format 0.0.4 (docs/serve.md): versions
+        published, payload bytes, density, seconds per stage, failures by kind, full syncs. With
+        sender.metrics_file set, the same text is written to that file after every publish."""
+        return self._core.metrics()
+
     @property
     def published_version(self):
         """The last version this sender published (0: none yet)."""

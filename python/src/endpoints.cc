@@ -14,6 +14,7 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include "refit/metrics.h"
 #include "refit/receiver.h"
 #include "refit/sender.h"
 #include "tensors.h"
@@ -35,11 +36,27 @@ class SenderCore {
   SenderCore(const Config& config, int rank, int world) {
     py::gil_scoped_release release;
     sender_ = Unwrap(Sender::Make(config, rank, world), Stage::kConfig);
+    metrics_ = Unwrap(SenderMetrics::Make(config, rank, world), Stage::kConfig);
   }
 
   SyncStats Publish(const py::list& entries) {
     TensorSet tensors = TensorSet::FromEntries(entries, /*writable=*/false);
-    return Unwrap(Locked(mu_, [&] { return sender_->Publish(tensors.views()); }));
+    Status metrics_written;
+    Result<SyncStats> published = Locked(mu_, [&] {
+      Result<SyncStats> r = sender_->Publish(tensors.views());
+      metrics_written = metrics_->Record(r);
+      return r;
+    });
+    // The version is published: a metrics file that cannot be written is only a warning.
+    if (!metrics_written.ok()) {
+      const std::string text = "sender.metrics_file not written: " + metrics_written.message();
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw py::error_already_set();
+    }
+    return Unwrap(std::move(published));
+  }
+
+  std::string Metrics() {
+    return Locked(mu_, [&] { return metrics_->Text(); });
   }
 
   void Wait(double timeout_seconds) {
@@ -59,6 +76,7 @@ class SenderCore {
  private:
   std::mutex mu_;
   std::unique_ptr<Sender> sender_;
+  std::unique_ptr<SenderMetrics> metrics_;
 };
 
 class ReceiverCore {
@@ -107,6 +125,7 @@ void BindEndpoints(py::module_& m) {
            py::arg("world"))
       .def("publish", &SenderCore::Publish, py::arg("entries"))
       .def("wait", &SenderCore::Wait, py::arg("timeout"))
+      .def("metrics", &SenderCore::Metrics)
       .def_property_readonly("baseline_version", &SenderCore::baseline_version)
       .def_property_readonly("published_version", &SenderCore::published_version)
       .def_property_readonly("acks", &SenderCore::acks);

@@ -64,6 +64,35 @@ class SyncTest(TempDirTest):
         self.assertEqual(sender.baseline_version, 3)
         self.assertEqual([(a.receiver, a.version) for a in sender.acks], [("r0", 3)])
 
+    def test_sender_metrics_text_and_metrics_file(self):
+        from prometheus_client.parser import text_string_to_metric_families
+
+        weights = trainer_weights()
+        config = self.config(sender_extra=f'metrics_file = "{self.path("sender-{rank}.prom")}"')
+        sender = refit.Sender(config)
+        receiver = refit.Receiver(self.config())
+        receiver.attach({name: torch.zeros_like(t) for name, t in weights.items()})
+        payload_bytes = 0
+        for version in (1, 2, 3):
+            step(weights, version)
+            payload_bytes += sender.publish(weights).payload_bytes
+            receiver.poll()
+        text = sender.metrics()
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        rank0 = (("rank", "0"),)
+        self.assertEqual(samples[("refit_sender_versions_published_total", rank0)], 3)
+        self.assertEqual(samples[("refit_sender_full_versions_published_total", rank0)], 1)
+        self.assertEqual(samples[("refit_sender_payload_bytes_total", rank0)], payload_bytes)
+        self.assertEqual(samples[("refit_sender_version", rank0)], 3)
+        self.assertIn(("refit_sender_stage_seconds_total", (("rank", "0"), ("stage", "diff"))),
+                      samples)  # fmt: skip
+        with open(self.path("sender-0.prom"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), text)
+
     def test_named_parameters_of_modules_on_both_sides(self):
         torch.manual_seed(1)
         trainer = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8))

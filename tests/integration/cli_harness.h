@@ -75,6 +75,10 @@ class RefitProcess {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  // Sends `signal` while the process runs (e.g. SIGTERM to a server).
+  void Signal(int signal) {
+    if (pid_ > 0) ::kill(pid_, signal);
+  }
   // Waits at most timeout_s; false (and the process killed, then reaped) when it was still running.
   bool WaitFor(int timeout_s, CommandResult* r) {
     for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 20) {

@@ -12,6 +12,7 @@
 #include "refit/dtype.h"
 #include "refit/export.h"
 #include "refit/log.h"
+#include "refit/metrics.h"
 #include "refit/offline.h"
 #include "refit/receiver.h"
 #include "refit/registry.h"

@@ -27,6 +27,21 @@ std::vector<ConfigKeySpec> CheckpointSpecs() {
   };
 }
 
+// [serve]: `refit serve` (docs/serve.md).
+std::vector<ConfigKeySpec> ServeConfigSpecs() {
+  return {
+      {"serve.listen", REFIT_CFG_STRING, "\"127.0.0.1:8470\"",
+       "`refit serve`: HOST:PORT to listen on (port 0: any free port)"},
+      {"serve.token_file", REFIT_CFG_STRING, "\"\"",
+       "`refit serve`: file holding the bearer token every request must carry; unset: the "
+       "environment variable REFIT_SERVE_TOKEN, else no token"},
+      {"serve.poll_interval_ms", REFIT_CFG_INT, "0",
+       "`refit serve`: also poll for committed versions this often (0: only on POST /v1/sync)"},
+      {"serve.sync_timeout_s", REFIT_CFG_DOUBLE, "600",
+       "`refit serve`: a POST /v1/sync stops applying further versions after this long"},
+  };
+}
+
 }  // namespace
 
 std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
@@ -63,6 +78,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"sender.verify_puts", REFIT_CFG_BOOL, "true",
        "read every put object back (size and bytes) and redo puts that stored something else; "
        "the commit is written only once every object it names is verified"},
+      {"sender.metrics_file", REFIT_CFG_STRING, "\"\"",
+       "Prometheus text file rewritten (temp + rename) after every publish, for node_exporter's "
+       "textfile collector; \"{rank}\" is replaced by the rank (docs/serve.md)"},
       {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
       {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
       {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
@@ -94,6 +112,7 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
   for (ConfigKeySpec spec : CheckpointSpecs()) specs.push_back(std::move(spec));
+  for (ConfigKeySpec spec : ServeConfigSpecs()) specs.push_back(std::move(spec));
   for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
     spec.name = "faults." + spec.name;
     specs.push_back(std::move(spec));
@@ -142,6 +161,8 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.checkpoint_versions", 1, "versions"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "receiver.checkpoint_versions", 1, "versions"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "serve.poll_interval_ms", 0, "0: no polling"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "serve.sync_timeout_s", 0, "seconds"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));
   // A payload smaller than this is all header and round trips.
@@ -171,11 +192,12 @@ Status ValidateRanges(const Config& config) {
 Status ValidateConfig(const Config& config, const Registry& registry) {
   // Framework sections first, then the plugin sections [kind.name].
   const std::vector<ConfigKeySpec> specs = FrameworkConfigSpecs();
-  for (const char* section : {"sender", "receiver", "plugins", "faults", "auth"}) {
+  for (const char* section : {"sender", "receiver", "plugins", "faults", "auth", "serve"}) {
     REFIT_RETURN_NOT_OK(config.Validate(specs, section));
   }
-  const std::set<std::string> known_roots = {"sender", "receiver", "plugins", "transport",
-                                             "layout", "encoding", "faults",  "auth"};
+  const std::set<std::string> known_roots = {"sender",    "receiver", "plugins",
+                                             "transport", "layout",   "encoding",
+                                             "faults",    "auth",     "serve"};
   for (const auto& [key, value] : config.values()) {
     std::string root = key.substr(0, key.find('.'));
     if (known_roots.count(root) == 0) {
