@@ -734,6 +734,7 @@ void RegisterBench(CLI::App& app, Commands& commands) {
   auto* bench_cmd = app.add_subcommand("bench", "Measure encodings and the machine");
   bench_cmd->require_subcommand(1);
   RegisterBenchApply(*bench_cmd, commands);
+  RegisterBenchE2e(*bench_cmd, commands);
   auto* cmd = bench_cmd->add_subcommand(
       "codec", "Payload vs the order-0 bound and published formats; encode/apply throughput");
   cmd->add_option("--density", bench.densities,
