@@ -219,7 +219,7 @@ std::string ReceiverId(int index) { return "r" + std::to_string(index); }
 // The sender's config: --config (its transport section, plugins, encodings, any [sender] or
 // [receiver] setting) with the bench's directories, receivers and flags on top.
 Result<Config> BenchConfig(const BenchE2eOptions& o, const std::string& dir) {
-  Config config;
+  REFIT_ASSIGN_OR_RAISE(Config config, Config::FromString("", "refit bench e2e"));
   if (!o.config_path.empty()) {
     REFIT_ASSIGN_OR_RAISE(config, LoadConfigFile(o.config_path));
     AbsolutePluginPaths(config, o.config_path);
@@ -538,6 +538,16 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   b.options = o;
   REFIT_ASSIGN_OR_RAISE(b.config, BenchConfig(o, dir));
   REFIT_ASSIGN_OR_RAISE(b.registry, LoadRegistry(&b.config));
+  // The flags' values are not in any file: name the flag, not a file line.
+  if (!o.transport.empty() && b.registry->Find(REFIT_KIND_TRANSPORT, o.transport) == nullptr) {
+    return Status::Invalid("--transport: unknown transport '" + o.transport +
+                           "' (refit plugins lists them)");
+  }
+  if (!o.encoding.empty() && o.encoding != "auto" &&
+      b.registry->Find(REFIT_KIND_ENCODING, o.encoding) == nullptr) {
+    return Status::Invalid("--encoding: unknown encoding '" + o.encoding +
+                           "' (refit plugins lists them)");
+  }
   REFIT_RETURN_NOT_OK(ValidateConfig(b.config, *b.registry));
   REFIT_ASSIGN_OR_RAISE(b.transport, b.config.GetString("transport.name", "disk"));
   REFIT_ASSIGN_OR_RAISE(b.bandwidth, b.config.GetSize("transport.bandwidth", 0));

@@ -114,10 +114,13 @@ TEST(BenchE2eCli, BadFlagsAreOneLineAndExitTwo) {
        {std::vector<std::string>{"bench", "e2e", "--receivers", "0"},
         std::vector<std::string>{"bench", "e2e", "--bandwidth", "fast"},
         std::vector<std::string>{"bench", "e2e", "--size", "8MiB", "--syncs", "1"},
+        std::vector<std::string>{"bench", "e2e", "--size", "1MiB", "--transport", "nope"},
+        std::vector<std::string>{"bench", "e2e", "--size", "1MiB", "--encoding", "nope"},
         std::vector<std::string>{"bench", "e2e", "--weights", dir / "missing.safetensors"}}) {
     auto r = RunBounded(args, dir);
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
     EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.find("error: :"), std::string::npos) << "names a flag or a file: " << r.err;
   }
 }
 
