@@ -602,6 +602,11 @@ Status Validate(const BenchE2eOptions& o) {
     return Status::Invalid("--weights needs at least two files (a full sync, then deltas)");
   }
   if (o.weights.empty() && o.size_bytes < 2) return Status::Invalid("--size must be at least 2B");
+  // A kept directory of an earlier run holds its versions: the sender would go on from them.
+  std::error_code ec;
+  if (!o.dir.empty() && fs::exists(o.dir, ec) && !fs::is_empty(o.dir, ec)) {
+    return Status::Invalid("--dir " + o.dir + " is not empty (the bench starts from nothing)");
+  }
   return Status::OK();
 }
 
@@ -686,7 +691,8 @@ void RegisterBenchE2e(CLI::App& bench, Commands& commands) {
   cmd->add_option("--threads", f->o.threads, "sender and receiver threads (0: their defaults)")
       ->capture_default_str()
       ->check(CLI::Range(0, 256));
-  cmd->add_option("--dir", f->o.dir, "work directory to keep (default: a temp dir, removed)");
+  cmd->add_option("--dir", f->o.dir,
+                  "new or empty work directory to keep (default: a temp dir, removed)");
   cmd->add_option("--timeout", f->o.timeout_s, "longest wait for one sync's acks, seconds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

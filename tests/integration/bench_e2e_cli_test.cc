@@ -116,6 +116,7 @@ TEST(BenchE2eCli, BadFlagsAreOneLineAndExitTwo) {
         std::vector<std::string>{"bench", "e2e", "--size", "8MiB", "--syncs", "1"},
         std::vector<std::string>{"bench", "e2e", "--size", "1MiB", "--transport", "nope"},
         std::vector<std::string>{"bench", "e2e", "--size", "1MiB", "--encoding", "nope"},
+        std::vector<std::string>{"bench", "e2e", "--size", "1MiB", "--dir", dir.path()},
         std::vector<std::string>{"bench", "e2e", "--weights", dir / "missing.safetensors"}}) {
     auto r = RunBounded(args, dir);
     EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
