@@ -735,6 +735,7 @@ void RegisterBench(CLI::App& app, Commands& commands) {
   bench_cmd->require_subcommand(1);
   RegisterBenchApply(*bench_cmd, commands);
   RegisterBenchTrajectory(*bench_cmd, commands);
+  RegisterBenchE2e(*bench_cmd, commands);
   auto* cmd = bench_cmd->add_subcommand(
       "codec", "Payload vs the order-0 bound and published formats; encode/apply throughput");
   cmd->add_option("--density", bench.densities,

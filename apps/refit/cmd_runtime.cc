@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "commands.h"
 #include "common/file_util.h"
 #include "common/progress.h"
@@ -291,50 +292,21 @@ Status RunRecv(const RecvOptions& o) {
 
 // ------------------------------------------------------------------ demo
 
-namespace {
-
-struct ChildProcess {
-  pid_t pid = -1;
-  ~ChildProcess() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
+Result<uint64_t> CountMismatchedTensors(const std::string& path,
+                                        const std::vector<TensorView>& expected) {
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> received, SafetensorsFile::Open(path));
+  uint64_t mismatched = received->tensors().size() != expected.size() ? 1 : 0;
+  for (const TensorView& t : expected) {
+    const TensorView* r = received->Find(t.name);
+    if (r == nullptr || r->dtype != t.dtype || r->shape != t.shape ||
+        std::memcmp(r->data, t.data, t.nbytes()) != 0) {
+      ++mismatched;
     }
   }
-  // Exit status if the process has ended, nullopt while it runs.
-  std::optional<int> Poll() {
-    int status = 0;
-    if (pid <= 0 || ::waitpid(pid, &status, WNOHANG) != pid) return std::nullopt;
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  Result<int> Wait() {
-    int status = 0;
-    if (::waitpid(pid, &status, 0) < 0) return Status::IoError("waitpid failed");
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-};
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return Status::IoError("cannot write " + path);
-  return Status::OK();
+  return mismatched;
 }
 
-// The demo's work directory: `dir`, or a fresh temporary one when empty.
-Result<std::string> MakeWorkDir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (dir.empty()) {
-    std::string tmpl = (fs::temp_directory_path() / "refit-demo-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) return Status::IoError("mkdtemp failed");
-    return tmpl;
-  }
-  REFIT_RETURN_NOT_OK(internal::MakeDirs(dir));
-  return dir;
-}
+namespace {
 
 // Sender and receiver over the disk transport, all under `dir`.
 std::string DemoConfig(const std::string& dir, const std::string& encoding) {
@@ -350,17 +322,10 @@ std::string DemoConfig(const std::string& dir, const std::string& encoding) {
 }
 
 // The receiver is a second process: this very binary, `refit recv --follow`.
-Status StartReceiver(const std::string& config_path, int syncs, ChildProcess* receiver) {
-  receiver->pid = ::fork();
-  if (receiver->pid < 0) return Status::IoError("fork failed");
-  if (receiver->pid == 0) {
-    std::string until = std::to_string(syncs);
-    execl("/proc/self/exe", "refit", "recv", "--config", config_path.c_str(), "--follow",
-          "--until-version", until.c_str(), "--quiet", static_cast<char*>(nullptr));
-    std::perror("refit demo: exec receiver");
-    std::_Exit(127);
-  }
-  return Status::OK();
+Result<ChildProcess> StartReceiver(const std::string& config_path, int syncs) {
+  return ChildProcess::SpawnSelf({"recv", "--config", config_path, "--follow", "--until-version",
+                                  std::to_string(syncs), "--quiet"},
+                                 /*quiet_stdout=*/false);
 }
 
 // Publishes one version and waits for the receiver's ack, noticing at once if the receiver
@@ -389,17 +354,7 @@ Status SyncOnce(Sender& sender, const SyntheticModel& model, ChildProcess& recei
 // Bit-exact: the receiver's file against the sender's in-memory bits, byte for byte.
 Status CheckBitExact(const std::string& received_path, const SyntheticModel& model,
                      uint64_t model_bytes) {
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> received,
-                        SafetensorsFile::Open(received_path));
-  uint64_t mismatched = 0;
-  for (const TensorView& t : model.bf16()) {
-    const TensorView* r = received->Find(t.name);
-    if (r == nullptr || r->dtype != t.dtype || r->shape != t.shape ||
-        std::memcmp(r->data, t.data, t.nbytes()) != 0) {
-      ++mismatched;
-    }
-  }
-  if (received->tensors().size() != model.bf16().size()) ++mismatched;
+  REFIT_ASSIGN_OR_RAISE(uint64_t mismatched, CountMismatchedTensors(received_path, model.bf16()));
   std::printf("\nbit-exact: %s (%zu tensors, %s compared against the sender's bits)\n",
               mismatched == 0 ? "yes" : "NO", model.bf16().size(), HumanBytes(model_bytes).c_str());
   if (mismatched != 0) {
@@ -411,15 +366,8 @@ Status CheckBitExact(const std::string& received_path, const SyntheticModel& mod
 }  // namespace
 
 Status RunDemo(const DemoOptions& o) {
-  REFIT_ASSIGN_OR_RAISE(const std::string dir, MakeWorkDir(o.dir));
-  struct Cleanup {
-    std::string dir;
-    bool enabled;
-    ~Cleanup() {
-      std::error_code ec;
-      if (enabled) std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{dir, o.dir.empty()};
+  REFIT_ASSIGN_OR_RAISE(const std::string dir, MakeWorkDir(o.dir, "refit-demo"));
+  RemoveDirOnExit cleanup{dir, o.dir.empty()};
 
   const std::string config_path = dir + "/demo.toml";
   REFIT_RETURN_NOT_OK(WriteText(config_path, DemoConfig(dir, o.encoding)));
@@ -430,8 +378,7 @@ Status RunDemo(const DemoOptions& o) {
               HumanCount(o.params).c_str());
   std::fflush(stdout);
   SyntheticModel model(SyntheticModelSpec::ForParams(o.params, o.seed));
-  ChildProcess receiver;
-  REFIT_RETURN_NOT_OK(StartReceiver(config_path, o.syncs, &receiver));
+  REFIT_ASSIGN_OR_RAISE(ChildProcess receiver, StartReceiver(config_path, o.syncs));
 
   uint64_t model_bytes = 0;
   for (const TensorView& t : model.bf16()) model_bytes += t.nbytes();
@@ -446,7 +393,7 @@ Status RunDemo(const DemoOptions& o) {
     if (v > 1) model.Step(o.lr);
     REFIT_RETURN_NOT_OK(SyncOnce(*sender, model, receiver));
   }
-  REFIT_ASSIGN_OR_RAISE(int rc, receiver.Wait());
+  REFIT_ASSIGN_OR_RAISE(int rc, receiver.Wait(60));  // it exits once it applied the last one
   if (rc != 0) return Status::Internal("receiver process exited with status " + std::to_string(rc));
   return CheckBitExact(dir + "/receiver/model.safetensors", model, model_bytes);
 }

@@ -12,6 +12,7 @@
 #include "refit/config.h"
 #include "refit/receiver.h"
 #include "refit/status.h"
+#include "refit/tensor.h"
 
 namespace CLI {
 class App;
@@ -35,8 +36,9 @@ void RegisterServe(CLI::App& app, Commands& commands);
 void RegisterPlan(CLI::App& app, Commands& commands);
 void RegisterShard(CLI::App& app, Commands& commands);
 void RegisterBench(CLI::App& app, Commands& commands);
-void RegisterBenchApply(CLI::App& bench, Commands& commands);  // `bench apply`, under `bench`
+void RegisterBenchApply(CLI::App& bench, Commands& commands);       // `bench apply`, under `bench`
 void RegisterBenchTrajectory(CLI::App& bench, Commands& commands);  // `bench trajectory`
+void RegisterBenchE2e(CLI::App& bench, Commands& commands);         // `bench e2e`, under `bench`
 
 struct DemoOptions {
   uint64_t params = 100'000'000;
@@ -113,6 +115,10 @@ Status RunBenchCodec(const BenchCodecOptions& options);
 Result<uint64_t> ParseCount(const std::string& text);
 // Config::FromFile for a --config flag: a file that is missing or unreadable is a usage error.
 Result<Config> LoadConfigFile(const std::string& path);
+// Tensors of `expected` that the safetensors file at `path` lacks or holds with another dtype,
+// shape or bits, plus 1 when the file holds another number of tensors: 0 means bit for bit equal.
+Result<uint64_t> CountMismatchedTensors(const std::string& path,
+                                        const std::vector<TensorView>& expected);
 // 1234567 -> "1.23 MB"
 std::string HumanBytes(uint64_t bytes);
 std::string HumanCount(uint64_t n);

@@ -2,6 +2,7 @@
 #include <set>
 
 #include "faults/faults.h"
+#include "link/link.h"
 #include "plugins/encoding_cache.h"
 #include "refit/offline.h"
 #include "refit/receiver.h"
@@ -106,6 +107,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "file holding the key (>= 16 bytes) that signs versions (HMAC-SHA256); unset: the "
        "environment variable REFIT_AUTH_KEY, else unsigned versions"},
       {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},
+      {"transport.bandwidth", REFIT_CFG_SIZE, "0",
+       "bytes per second each transport instance (one per process: a connection) may put and "
+       "get, to emulate a slower link (0: unlimited)"},
       {"layout.name", REFIT_CFG_STRING, "\"hf\"",
        "layout plugin of this process's weights (sender: its shards; receiver: its shards)"},
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
@@ -215,6 +219,10 @@ Status ValidateConfig(const Config& config, const Registry& registry) {
       std::string rest = key.substr(std::string(k.root).size() + 1);
       size_t dot = rest.find('.');
       if (dot == std::string::npos) {
+        if (k.kind == REFIT_KIND_TRANSPORT && rest == "bandwidth") {
+          REFIT_RETURN_NOT_OK(internal::LinkOptionsFromConfig(config).status());
+          continue;
+        }
         if (k.kind != REFIT_KIND_ENCODING && rest == "name") {
           REFIT_ASSIGN_OR_RAISE(std::string name, config.GetString(key, ""));
           if (registry.Find(k.kind, name) == nullptr) {

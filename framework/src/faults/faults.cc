@@ -344,19 +344,4 @@ Result<std::unique_ptr<Transport>> WrapTransportWithFaults(std::unique_ptr<Trans
                           new FaultTransport(std::move(inner), std::move(faults)));
 }
 
-Result<std::unique_ptr<Transport>> CreateTransportWithFaults(const Registry& registry,
-                                                             const Config& config,
-                                                             refit_transport_role_t role,
-                                                             const std::string& peer_id) {
-  REFIT_ASSIGN_OR_RAISE(std::string name, config.GetString("transport.name", "disk"));
-  REFIT_ASSIGN_OR_RAISE(
-      std::unique_ptr<Transport> transport,
-      registry.CreateTransport(name, role, peer_id, &config, "transport." + name));
-  REFIT_ASSIGN_OR_RAISE(std::optional<FaultOptions> options, FaultOptionsFromConfig(config));
-  if (!options) return transport;
-  auto faults = std::make_shared<FaultInjector>(std::move(*options));
-  InstallKillFaults(faults);
-  return WrapTransportWithFaults(std::move(transport), std::move(faults));
-}
-
 }  // namespace refit::internal

@@ -84,13 +84,6 @@ class FaultInjector {
 Result<std::unique_ptr<Transport>> WrapTransportWithFaults(std::unique_ptr<Transport> inner,
                                                            std::shared_ptr<FaultInjector> faults);
 
-// Creates the transport of `config` ([transport] name and section) for `role`, wrapped with the
-// [faults] layer when it is enabled (which also arms the kill points of this process).
-Result<std::unique_ptr<Transport>> CreateTransportWithFaults(const Registry& registry,
-                                                             const Config& config,
-                                                             refit_transport_role_t role,
-                                                             const std::string& peer_id);
-
 // Arms the kill points of this process with `faults` (null disarms). REFIT_KILL_AT keeps working.
 void InstallKillFaults(std::shared_ptr<FaultInjector> faults);
 

@@ -21,6 +21,7 @@
 #include "common/stopwatch.h"
 #include "common/worker_pool.h"
 #include "faults/faults.h"
+#include "link/link.h"
 #include "format/model_file.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
@@ -849,7 +850,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(int64_t max_failures, m.config.GetInt("receiver.max_apply_failures", 3));
   m.max_failures = static_cast<uint64_t>(std::max<int64_t>(1, max_failures));
   REFIT_ASSIGN_OR_RAISE(m.auth_key, internal::LoadAuthKey(m.config));
-  REFIT_ASSIGN_OR_RAISE(m.transport, internal::CreateTransportWithFaults(
+  REFIT_ASSIGN_OR_RAISE(m.transport, internal::CreateConfiguredTransport(
                                          *m.registry, m.config, REFIT_ROLE_RECEIVER, m.id));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
   REFIT_ASSIGN_OR_RAISE(int64_t rank, m.config.GetInt("receiver.rank", 0));

@@ -13,6 +13,7 @@
 #include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
+#include "link/link.h"
 #include "format/model_file.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
@@ -861,7 +862,7 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   REFIT_ASSIGN_OR_RAISE(m.verify_puts, m.config.GetBool("sender.verify_puts", true));
   REFIT_ASSIGN_OR_RAISE(m.auth_key, internal::LoadAuthKey(m.config));
   REFIT_ASSIGN_OR_RAISE(
-      m.transport, internal::CreateTransportWithFaults(*m.registry, m.config, REFIT_ROLE_SENDER,
+      m.transport, internal::CreateConfiguredTransport(*m.registry, m.config, REFIT_ROLE_SENDER,
                                                        "sender-r" + std::to_string(rank)));
   m.out = m.transport.get();
   if (m.pp_mode && m.stage_ranks > 1) {
