@@ -8,6 +8,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libtoml11-dev libcli11-dev libxxhash-dev libdlpack-dev
   libzstd-dev liblz4-dev libboost-dev libssl-dev
+  # The s3 transport (plugins/transports/s3); without it that plugin is not built.
+  libcurl4-openssl-dev
   python3-dev pybind11-dev python3-numpy python3-torch
   clang llvm libclang-rt-14-dev
   # The libtorch adapter (adapters/torch, refit_torch) and its test; without it they are skipped.
