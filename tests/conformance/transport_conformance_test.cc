@@ -41,6 +41,8 @@ void RegisterS3Setup() {
                ConfigValue raw_slash;  // moto 5's signature check
                raw_slash.type = REFIT_CFG_BOOL;
                config.Set(s + "encode_slash_in_query", raw_slash);
+               // Small pages: every listing follows continuation tokens.
+               config.SetInt(s + "list_page_keys", 3);
                return config;
              },
              "", ""});

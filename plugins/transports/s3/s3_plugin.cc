@@ -29,6 +29,8 @@ const refit_config_key_t kS3Keys[] = {
      "Puts larger than this are multipart uploads of parts this size (5MiB..5GiB); gets larger "
      "than this are split into ranged GETs of this size"},
     {"concurrency", REFIT_CFG_INT, "4", "Parts uploaded / ranges fetched in parallel per object"},
+    {"list_page_keys", REFIT_CFG_INT, "1000",
+     "Keys per ListObjectsV2 page (1..1000); larger listings follow continuation tokens"},
     {"max_retries", REFIT_CFG_INT, "5",
      "Retries of a request after a 5xx, a timeout or a refused/reset connection (never after a "
      "4xx)"},

@@ -106,6 +106,8 @@ Result<std::unique_ptr<S3Transport>> S3Transport::Create(const sdk::ConfigView& 
   }
   REFIT_ASSIGN_OR_RAISE(int64_t concurrency, IntInRange(cfg, "concurrency", 4, 1, 64));
   options.concurrency = static_cast<int>(concurrency);
+  REFIT_ASSIGN_OR_RAISE(int64_t page_keys, IntInRange(cfg, "list_page_keys", 1000, 1, 1000));
+  options.list_page_keys = static_cast<int>(page_keys);
   REFIT_RETURN_NOT_OK(ReadRetryOptions(cfg, &options.retry));
   REFIT_RETURN_NOT_OK(ReadCredentialOptions(cfg, &options.credentials));
   return Open(std::move(options));
@@ -354,7 +356,8 @@ Result<std::vector<std::pair<std::string, uint64_t>>> S3Transport::List(const st
     // Query parameters in the sorted order SigV4's canonical request has them.
     std::string query =
         token.empty() ? "" : "continuation-token=" + UriEncode(token, keep_slash) + "&";
-    query += "list-type=2&prefix=" + UriEncode(options_.prefix + prefix, keep_slash);
+    query += "list-type=2&max-keys=" + std::to_string(options_.list_page_keys) +
+             "&prefix=" + UriEncode(options_.prefix + prefix, keep_slash);
     HttpRequest req;
     req.url = BucketUrl(query);
     req.what = "listing " + Name("", prefix) + "*";

@@ -30,6 +30,7 @@ struct S3Options {
   bool virtual_addressing = false;  // bucket.host/key instead of host/bucket/key
   uint64_t part_bytes = uint64_t{16} << 20;
   int concurrency = 4;
+  int list_page_keys = 1000;  // max-keys of one ListObjectsV2 page (S3's own maximum is 1000)
   // SigV4's rule is '/' as %2F in query values; moto 5 verifies against a raw '/'.
   bool encode_slash_in_query = true;
   RetryPolicy retry;

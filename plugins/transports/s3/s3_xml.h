@@ -4,9 +4,11 @@
 // "not found", which the callers report as a protocol error rather than guess.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace refit::s3 {
