@@ -4,11 +4,12 @@
 # (SigV4 checked) by `refit send` and `refit recv` processes with the default part_bytes (16 MiB:
 # every 64 MiB payload of the full sync is a 4-part multipart upload). Prints the wall time of each
 # send and recv and the payload bytes of each version. Needs ~5 GB of memory and ~5 GB of disk.
-#   bash tests/s3/acceptance_1g.sh [BUILD_DIR] [PARAMS]
+#   [VERIFY_PUTS=false] bash tests/s3/acceptance_1g.sh [BUILD_DIR] [PARAMS]
+# VERIFY_PUTS sets [sender] verify_puts (default true: every payload is read back in 1 MiB ranges).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../../build}" && pwd)
-params=${2:-510000000}
+params=${2:-500000000}
 work=$(mktemp -d /tmp/refit-s3-accept-XXXXXX)
 trap 'python3 "$here/moto_server.py" stop --state "$work/server.txt"; rm -rf "$work"' EXIT
 
@@ -20,6 +21,7 @@ cat > "$work/refit.toml" <<TOML
 [sender]
 state_dir = "$work/sender"
 receivers = ["r0"]
+verify_puts = ${VERIFY_PUTS:-true}
 [receiver]
 id = "r0"
 state_dir = "$work/receiver"
@@ -38,9 +40,10 @@ timed() {  # timed LABEL CMD...: runs CMD, prints LABEL and its wall time
   local label=$1 start end
   shift
   start=$(date +%s.%N)
-  "$@" >>"$work/refit.log" 2>&1 || { cat "$work/refit.log"; exit 1; }
+  "$@" >"$work/refit.log" 2>&1 || { cat "$work/refit.log"; exit 1; }
   end=$(date +%s.%N)
   awk -v a="$start" -v b="$end" -v what="$label" 'BEGIN { printf "%-6s %8.2f s\n", what, b - a }'
+  sed 's/^/         /' "$work/refit.log"  # refit's own summary
 }
 for v in 1 2; do
   timed send "$build/bin/refit" send --config "$work/refit.toml" --weights "$work/w$v.safetensors"
