@@ -241,7 +241,7 @@ class Faults(S3Case):
     def test_5xx_answers_are_retried(self):
         # The first three requests and then every fifth get 503: each is retried with backoff.
         proxy, config = self.proxied(lambda i, m, p: i < 3 or i % 5 == 0,
-                                     transport_extra="max_retries = 3\nretry_base_ms = 5\n"
+                                     transport_extra="max_retries = 5\nretry_base_ms = 5\n"
                                                      "retry_max_ms = 50")
         v1 = make_model([4096, 512], seed=3)
         self.sync_versions(config, [v1, step(v1, 2)])
@@ -326,6 +326,8 @@ class ServerKilledMidUpload(S3Case):
         log = os.path.join(self.dir, "moto.log")
         proc, SERVER = moto_server.start(0, log)
         self.addCleanup(lambda: proc.kill() or proc.wait())
+        self.secrets.add(SERVER["secret_access_key"])
+        self.outputs.append(log)  # the server's own log: no secret there either
         try:
             self.run_kill_and_restart(log, proc)
         finally:
