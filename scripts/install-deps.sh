@@ -10,6 +10,8 @@ PACKAGES=(
   libzstd-dev liblz4-dev libboost-dev libssl-dev
   # `refit serve` (cpp-httplib) and the metrics tests' parser (prometheus_client).
   libcpp-httplib-dev python3-prometheus-client
+  # The s3 transport (plugins/transports/s3); without it that plugin is not built.
+  libcurl4-openssl-dev
   python3-dev pybind11-dev python3-numpy python3-torch
   clang llvm libclang-rt-14-dev
   # The libtorch adapter (adapters/torch, refit_torch) and its test; without it they are skipped.

@@ -28,6 +28,15 @@ std::vector<ConfigKeySpec> CheckpointSpecs() {
   };
 }
 
+// The framework's layer over every transport (link/link.h).
+std::vector<ConfigKeySpec> LinkSpecs() {
+  return {
+      {"transport.bandwidth", REFIT_CFG_SIZE, "0",
+       "bytes per second each transport instance (one per process: a connection) may put and "
+       "get, to emulate a slower link (0: unlimited)"},
+  };
+}
+
 // [serve]: `refit serve` (docs/serve.md).
 std::vector<ConfigKeySpec> ServeConfigSpecs() {
   return {
@@ -107,15 +116,13 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "file holding the key (>= 16 bytes) that signs versions (HMAC-SHA256); unset: the "
        "environment variable REFIT_AUTH_KEY, else unsigned versions"},
       {"transport.name", REFIT_CFG_STRING, "\"disk\"", "transport plugin"},
-      {"transport.bandwidth", REFIT_CFG_SIZE, "0",
-       "bytes per second each transport instance (one per process: a connection) may put and "
-       "get, to emulate a slower link (0: unlimited)"},
       {"layout.name", REFIT_CFG_STRING, "\"hf\"",
        "layout plugin of this process's weights (sender: its shards; receiver: its shards)"},
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
   for (ConfigKeySpec spec : CheckpointSpecs()) specs.push_back(std::move(spec));
+  for (ConfigKeySpec spec : LinkSpecs()) specs.push_back(std::move(spec));
   for (ConfigKeySpec spec : ServeConfigSpecs()) specs.push_back(std::move(spec));
   for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
     spec.name = "faults." + spec.name;

@@ -12,13 +12,13 @@
 #include <system_error>
 
 #include "common/file_util.h"
+#include "common/transport_key.h"
 
 namespace refit::disk {
 namespace {
 
 using internal::ScopedFd;
 
-constexpr size_t kMaxKeyLength = 512;
 // One pread() moves at most this much: Linux caps a single transfer near 2 GiB anyway.
 constexpr uint64_t kMaxIoChunk = uint64_t{1} << 30;
 
@@ -26,76 +26,6 @@ std::string ErrnoText(int err) { return std::error_code(err, std::generic_catego
 
 Status IoFailure(const std::string& what, const std::string& path, int err) {
   return Status::IoError("disk transport: " + what + " '" + path + "': " + ErrnoText(err));
-}
-
-bool IsKeyChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
-
-bool AllDigits(const std::string& s, size_t begin, size_t end) {
-  if (begin >= end) return false;
-  for (size_t i = begin; i < end; ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-  }
-  return true;
-}
-
-// "<name>.tmp.<pid>.<counter>": a put in flight (or one a crashed writer left behind).
-bool IsTmpName(const std::string& name) {
-  size_t tag = name.rfind(".tmp.");
-  if (tag == std::string::npos) return false;
-  size_t digits = tag + 5;
-  size_t dot = name.find('.', digits);
-  return dot != std::string::npos && AllDigits(name, digits, dot) &&
-         AllDigits(name, dot + 1, name.size());
-}
-
-// Keys come from callers and from directory listings: quote them on one printable line.
-std::string Printable(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-// Checks the characters of text and its '/'-separated components inside [0, end): those are
-// complete components (a list prefix's last, partial one lies past end).
-Status ValidateComponents(const std::string& text, size_t end, const char* what) {
-  auto bad = [&](const std::string& why) {
-    return Status::Invalid(std::string("invalid transport ") + what + " '" + Printable(text) +
-                           "': " + why);
-  };
-  if (text.size() > kMaxKeyLength) {
-    // Quoting all of a huge key would drown the message: its start identifies it.
-    return Status::Invalid(std::string("invalid transport ") + what + " '" +
-                           Printable(text.substr(0, 64)) + "...': " + std::to_string(text.size()) +
-                           " characters, longer than " + std::to_string(kMaxKeyLength));
-  }
-  if (!text.empty() && text[0] == '/') return bad("must be relative (no leading '/')");
-  for (size_t start = 0; end > 0;) {
-    size_t slash = std::min(text.find('/', start), end);
-    std::string component = text.substr(start, slash - start);
-    if (component.empty()) return bad("empty path component");
-    if (component == "." || component == "..") return bad("'" + component + "' component");
-    if (slash == end) break;
-    start = slash + 1;
-  }
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '/' && !IsKeyChar(text[i])) {
-      return bad("character '" + Printable(text.substr(i, 1)) + "' at offset " + std::to_string(i) +
-                 " is outside [A-Za-z0-9._-]");
-    }
-  }
-  return Status::OK();
 }
 
 struct WalkState {
@@ -134,7 +64,7 @@ Status Walk(int dir_fd, const std::string& rel_dir, const std::string& name_filt
     if (name == "." || name == "..") continue;
     if (name.compare(0, name_filter.size(), name_filter) != 0) continue;
     // Foreign files whose names are not keys (editor backups, "a b") are not ours to list.
-    if (!std::all_of(name.begin(), name.end(), IsKeyChar)) continue;
+    if (!std::all_of(name.begin(), name.end(), IsTransportKeyChar)) continue;
     struct stat sb;
     if (::fstatat(dirfd(d), entry->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;
@@ -144,7 +74,7 @@ Status Walk(int dir_fd, const std::string& rel_dir, const std::string& name_filt
     std::string key = rel_dir + name;
     if (S_ISDIR(sb.st_mode)) {
       subdirs.push_back(name);
-    } else if (S_ISREG(sb.st_mode) && !IsTmpName(name) &&
+    } else if (S_ISREG(sb.st_mode) && !IsReservedTmpName(name) &&
                key.compare(0, state.prefix->size(), *state.prefix) == 0) {
       state.out->emplace_back(std::move(key), static_cast<uint64_t>(sb.st_size));
     }
@@ -164,24 +94,6 @@ Status Walk(int dir_fd, const std::string& rel_dir, const std::string& name_filt
 }
 
 }  // namespace
-
-Status ValidateKey(const std::string& key) {
-  if (key.empty()) return Status::Invalid("invalid transport key '': empty");
-  REFIT_RETURN_NOT_OK(ValidateComponents(key, key.size(), "key"));
-  std::string last = key.substr(key.rfind('/') + 1);
-  if (IsTmpName(last)) {
-    return Status::Invalid("invalid transport key '" + key +
-                           "': names ending in .tmp.<digits>.<digits> are reserved for puts in "
-                           "flight");
-  }
-  return Status::OK();
-}
-
-Status ValidatePrefix(const std::string& prefix) {
-  size_t last_slash = prefix.rfind('/');
-  size_t complete_end = last_slash == std::string::npos ? 0 : last_slash;
-  return ValidateComponents(prefix, complete_end, "list prefix");
-}
 
 Result<std::unique_ptr<DiskTransport>> DiskTransport::Create(const sdk::ConfigView& cfg,
                                                              refit_transport_role_t /*role*/,
@@ -216,7 +128,7 @@ Result<std::unique_ptr<DiskTransport>> DiskTransport::Open(DiskOptions options) 
 }
 
 Status DiskTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
-  REFIT_RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   if (data == nullptr && len != 0) return Status::Invalid("put '" + key + "': null data");
   // The first put under a directory creates it, and so does one racing a Remove that prunes it.
   return root_->WriteAtomic(key, data, len, options_.fsync, /*make_parents=*/true)
@@ -236,7 +148,7 @@ Result<int> DiskTransport::OpenObject(const std::string& key) const {
 }
 
 Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
-  REFIT_RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   Result<int> fd = OpenObject(key);
   // Only a regular file of its own is an object: anything else counts as missing, and its size
   // (a link's target's above all) is never looked at.
@@ -256,7 +168,7 @@ Result<std::optional<uint64_t>> DiskTransport::Size(const std::string& key) {
 }
 
 Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
-  REFIT_RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   if (len > UINT64_MAX - offset) {
     return Status::Invalid("get '" + key + "': range offset " + std::to_string(offset) + " + " +
                            std::to_string(len) + " overflows");
@@ -293,7 +205,7 @@ Status DiskTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf,
 
 Result<std::vector<std::pair<std::string, uint64_t>>> DiskTransport::List(
     const std::string& prefix) {
-  REFIT_RETURN_NOT_OK(ValidatePrefix(prefix));
+  REFIT_RETURN_NOT_OK(ValidateTransportPrefix(prefix));
   // Only the subtree named by the prefix's directory part is walked.
   size_t last_slash = prefix.rfind('/');
   std::string rel_dir = last_slash == std::string::npos ? "" : prefix.substr(0, last_slash + 1);
@@ -325,7 +237,7 @@ void DiskTransport::PruneEmptyParents(const std::string& key) const {
 }
 
 Status DiskTransport::Remove(const std::string& key) {
-  REFIT_RETURN_NOT_OK(ValidateKey(key));
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   const size_t slash = key.rfind('/');
   Result<int> parent_fd =
       root_->OpenDir(slash == std::string::npos ? std::string() : key.substr(0, slash));

@@ -67,11 +67,4 @@ class DiskTransport {
   std::unique_ptr<internal::ConfinedDir> root_;
 };
 
-// Checks the transport key grammar shared by every transport: relative, '/'-separated, each
-// component [A-Za-z0-9._-]+ and never "." or "..", at most 512 chars. InvalidArgument names the
-// key.
-Status ValidateKey(const std::string& key);
-// A list prefix: empty, or a key prefix (complete components valid as above, the last one partial).
-Status ValidatePrefix(const std::string& prefix);
-
 }  // namespace refit::disk
