@@ -45,6 +45,8 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "receiver ids that must acknowledge a version before the baseline advances"},
       {"sender.ack_timeout_s", REFIT_CFG_DOUBLE, "600", "seconds to wait for acknowledgements"},
       {"sender.full_every", REFIT_CFG_INT, "0", "send a full sync every N versions (0: never)"},
+      {"sender.keep_versions", REFIT_CFG_INT, "3",
+       "committed versions kept on the transport; older ones are deleted (0: keep all)"},
       {"sender.weights", REFIT_CFG_STRING, "", "safetensors file `refit send` publishes"},
       {"sender.poll_interval_ms", REFIT_CFG_INT, "50", "ack polling interval"},
       {"sender.mode", REFIT_CFG_STRING, "\"tp\"",
@@ -142,6 +144,7 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.full_every", 0, "0: never"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.checkpoint_versions", 1, "versions"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "receiver.checkpoint_versions", 1, "versions"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.keep_versions", 0, "0: keep every version"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));
   // A payload smaller than this is all header and round trips.

@@ -27,6 +27,7 @@
 #include "send/async_putter.h"
 #include "send/auto_policy.h"
 #include "send/delta_writer.h"
+#include "send/retention.h"
 
 namespace refit {
 
@@ -106,6 +107,7 @@ struct Sender::Impl {
   std::vector<std::string> receivers;
   double ack_timeout = 600;
   int64_t full_every = 0;
+  uint64_t keep_versions = 3;  // committed versions kept on the transport; 0: all (retention.h)
   int64_t poll_ms = 50;
   // Read every object back after putting it: a commit is written only once every object it
   // names is verified in storage (a put may report success and store nothing, or other bytes).
@@ -778,6 +780,8 @@ struct Sender::Impl {
     checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, versions));
     REFIT_ASSIGN_OR_RAISE(checkpoint_bytes, config.GetSize("sender.checkpoint_bytes", 0));
     REFIT_ASSIGN_OR_RAISE(full_every, config.GetInt("sender.full_every", 0));
+    REFIT_ASSIGN_OR_RAISE(int64_t keep, config.GetInt("sender.keep_versions", 3));
+    keep_versions = static_cast<uint64_t>(keep);
     REFIT_ASSIGN_OR_RAISE(poll_ms, config.GetInt("sender.poll_interval_ms", 50));
     REFIT_ASSIGN_OR_RAISE(std::string mode, config.GetString("sender.mode", "tp"));
     if (mode != "tp" && mode != "pp") {
@@ -940,6 +944,11 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     m.advance_seconds = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
+    // Every receiver answered the newest version: older ones beyond the window can go.
+    if (m.rank == 0) {
+      REFIT_RETURN_NOT_OK(
+          internal::ApplyRetention(*m.transport, m.published_version, m.keep_versions).status());
+    }
     stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.advance_seconds = m.advance_seconds;
     stats.wait_seconds = wait.Seconds() - m.advance_seconds;
