@@ -944,10 +944,14 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     m.advance_seconds = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
-    // Every receiver answered the newest version: older ones beyond the window can go.
+    // Every receiver answered the newest version: older ones beyond the window can go. Cleanup
+    // never stalls training: a failure is a warning, and the next publish tries again.
     if (m.rank == 0) {
-      REFIT_RETURN_NOT_OK(
-          internal::ApplyRetention(*m.transport, m.published_version, m.keep_versions).status());
+      auto retained = internal::ApplyRetention(*m.transport, m.published_version, m.keep_versions);
+      if (!retained.ok()) {
+        Log(LogLevel::kWarn, "sender",
+            "retention: " + retained.status().message() + " (retried at the next publish)");
+      }
     }
     stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.advance_seconds = m.advance_seconds;
