@@ -765,6 +765,17 @@ struct Sender::Impl {
     return SaveState();
   }
 
+  // Rank 0, once every receiver answered the newest version: versions beyond the window go
+  // (send/retention.h). Cleanup never stalls training: a failure is a warning, and the next
+  // publish tries again.
+  void Retain() {
+    auto retained = internal::ApplyRetention(*transport, published_version, keep_versions);
+    if (!retained.ok()) {
+      Log(LogLevel::kWarn, "sender",
+          "retention: " + retained.status().message() + " (retried at the next publish)");
+    }
+  }
+
   // The [sender] keys (docs/config.md), each checked where it is read.
   Status ReadOptions() {
     REFIT_ASSIGN_OR_RAISE(state_dir, config.RequireString("sender.state_dir"));
@@ -944,15 +955,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     m.advance_seconds = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
-    // Every receiver answered the newest version: older ones beyond the window can go. Cleanup
-    // never stalls training: a failure is a warning, and the next publish tries again.
-    if (m.rank == 0) {
-      auto retained = internal::ApplyRetention(*m.transport, m.published_version, m.keep_versions);
-      if (!retained.ok()) {
-        Log(LogLevel::kWarn, "sender",
-            "retention: " + retained.status().message() + " (retried at the next publish)");
-      }
-    }
+    if (m.rank == 0) m.Retain();
     stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.advance_seconds = m.advance_seconds;
     stats.wait_seconds = wait.Seconds() - m.advance_seconds;
