@@ -7,9 +7,11 @@
 // At the end faults stop, a final version is published, and the receiver must reach it exactly.
 //
 //   refit_soak --syncs 200 [--seed 1] [--dir DIR] [--params 200000] [--require-journal-resume]
+//              [--keep-versions K]
 //
 // Exit status 0 only when every check passed, the final version was reached bit-exact and
-// full-sync fallbacks stayed <= 5% of recoveries (and, when asked, a journal resume happened).
+// full-sync fallbacks stayed <= 5% of recoveries (and, when asked, a journal resume happened;
+// with --keep-versions, the store never held more than K+1 committed versions after a send).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -51,6 +53,10 @@ struct Options {
   // Fail unless an interrupted xor/step apply resumed through the journal at least once (a long
   // run meets one for sure; a short one may not, and must not be flaky for it).
   bool require_journal_resume = false;
+  // sender.keep_versions for every send, and the bound checked after each: at most K+1
+  // committed versions in the store (the K kept and the one being published). Unset: the
+  // config default, unchecked.
+  std::optional<uint64_t> keep_versions;
 };
 
 // A child `refit` process with its output in files, that can be polled, stopped and killed.
@@ -144,7 +150,9 @@ class Soak {
     std::ostringstream c;
     c << "[sender]\nstate_dir = \"" << dir_ << "/sender\"\nreceivers = [\"r0\"]\n"
       << "ack_timeout_s = 60\npoll_interval_ms = 10\nchunk_bytes = \"16KiB\"\n"
-      << "bucket_bytes = \"48KiB\"\nthreads = 1\nencoding = \"" << encoding << "\"\n\n"
+      << "bucket_bytes = \"48KiB\"\nthreads = 1\nencoding = \"" << encoding << "\"\n";
+    if (o_.keep_versions) c << "keep_versions = " << *o_.keep_versions << "\n";
+    c << "\n"
       << "[receiver]\nid = \"r0\"\nstate_dir = \"" << dir_ << "/receiver\"\n"
       << "poll_interval_ms = 10\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \""
       << dir_ << "/sync\"\nfsync = false\n";
@@ -159,14 +167,14 @@ class Soak {
       // points met once per version get a high probability, points met per payload or record
       // (and the journal point, met per xor/step record) a low one.
       static const char* const kSenderPoints[] = {"sender.payload_put", "sender.manifest_put",
-                                                  "sender.commit_put", "sender.advance",
-                                                  "receiver.journaled"};
+                                                  "sender.commit_put",  "sender.advance",
+                                                  "sender.retention",   "receiver.journaled"};
       static const char* const kReceiverPoints[] = {"receiver.applying", "receiver.record_applied",
                                                     "receiver.journaled", "receiver.model_synced",
                                                     "receiver.ack"};
       const std::string point =
-          sender_side ? kSenderPoints[rng_() % 5] : kReceiverPoints[rng_() % 5];
-      const bool once_per_version = point == "sender.manifest_put" ||
+          sender_side ? kSenderPoints[rng_() % 6] : kReceiverPoints[rng_() % 5];
+      const bool once_per_version = point == "sender.manifest_put" || point == "sender.retention" ||
                                     point == "sender.commit_put" || point == "receiver.applying" ||
                                     point == "receiver.model_synced" || point == "receiver.ack";
       c << "kill_points = [\"" << point << "\"]\nkill = " << (once_per_version ? 0.12 : 0.03)
@@ -227,6 +235,25 @@ class Soak {
       const uint64_t v = std::strtoull(name.c_str() + 1, nullptr, 10);
       if (committed_.count(v) || !fs::exists(entry.path() / "COMMIT")) continue;
       committed_[v] = digest;
+    }
+  }
+
+  // After each send: the versions the store holds (directories with a COMMIT) stay within
+  // keep_versions + 1; directories without one are leftovers of a deletion or an attempt.
+  void CheckRetention() {
+    uint64_t versions = 0, dirs = 0;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir_ + "/sync", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() != 9 || name[0] != 'v') continue;
+      ++dirs;
+      versions += fs::exists(entry.path() / "COMMIT") ? 1 : 0;
+    }
+    max_versions_held_ = std::max(max_versions_held_, versions);
+    max_dirs_held_ = std::max(max_dirs_held_, dirs);
+    if (o_.keep_versions && versions > *o_.keep_versions + 1) {
+      Fail("the store holds " + std::to_string(versions) + " committed versions, over " +
+           "keep_versions + 1 = " + std::to_string(*o_.keep_versions + 1));
     }
   }
 
@@ -338,6 +365,7 @@ class Soak {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
       ScanCommits(digest);
+      CheckRetention();
       if (attempt > 0) ClassifySenderRecovery(sender.Out());
       if (*rc == 0) {
         if (o_.verbose) std::printf("step %d published after %d attempts\n", step, attempt + 1);
@@ -391,6 +419,7 @@ class Soak {
       return;
     }
     ScanCommits(ModelDigest(model.bf16()));
+    CheckRetention();
     final_version_ = committed_.rbegin()->first;
     StopReceiver();
     auto received = SafetensorsFile::Open(dir_ + "/receiver/model.safetensors");
@@ -475,6 +504,15 @@ class Soak {
     std::printf("receiver checks: %" PRIu64 " bit-exact equal to their committed version, %" PRIu64
                 " skipped mid-apply, %zu failed\n",
                 checks_passed_, checks_mid_apply_, failures_.size());
+    std::printf("store: at most %" PRIu64
+                " committed versions held after a send (%s), at most %" PRIu64
+                " version directories\n",
+                max_versions_held_,
+                o_.keep_versions ? ("keep_versions " + std::to_string(*o_.keep_versions) +
+                                    ", limit " + std::to_string(*o_.keep_versions + 1))
+                                       .c_str()
+                                 : "keep_versions: config default, unchecked",
+                max_dirs_held_);
     bool ok = failures_.empty() && final_exact_ && pct <= 5.0;
     if (o_.require_journal_resume && journal == 0) {
       std::printf("soak: FAILED: no journal resume happened\n");
@@ -503,6 +541,8 @@ class Soak {
   size_t applied_full_after_first_ = 0;
   uint64_t checks_passed_ = 0;
   uint64_t checks_mid_apply_ = 0;
+  uint64_t max_versions_held_ = 0;
+  uint64_t max_dirs_held_ = 0;
   std::vector<std::string> failures_;
 };
 
@@ -526,10 +566,12 @@ int main(int argc, char** argv) {
       o.verbose = true;
     } else if (a == "--require-journal-resume") {
       o.require_journal_resume = true;
+    } else if (a == "--keep-versions") {
+      o.keep_versions = std::strtoull(next().c_str(), nullptr, 10);
     } else {
       std::fprintf(stderr,
                    "usage: refit_soak [--syncs N] [--seed S] [--dir DIR] [--params N] "
-                   "[--require-journal-resume] [--verbose]\n");
+                   "[--require-journal-resume] [--keep-versions K] [--verbose]\n");
       return 2;
     }
   }

@@ -28,6 +28,14 @@ std::vector<ConfigKeySpec> CheckpointSpecs() {
   };
 }
 
+// How many versions stay on the transport (send/retention.h).
+std::vector<ConfigKeySpec> RetentionSpecs() {
+  return {
+      {"sender.keep_versions", REFIT_CFG_INT, "3",
+       "committed versions kept on the transport; older ones are deleted (0: keep all)"},
+  };
+}
+
 // The framework's layer over every transport (link/link.h).
 std::vector<ConfigKeySpec> LinkSpecs() {
   return {
@@ -121,9 +129,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
-  for (ConfigKeySpec spec : CheckpointSpecs()) specs.push_back(std::move(spec));
-  for (ConfigKeySpec spec : LinkSpecs()) specs.push_back(std::move(spec));
-  for (ConfigKeySpec spec : ServeConfigSpecs()) specs.push_back(std::move(spec));
+  for (const auto& more : {ServeConfigSpecs(), CheckpointSpecs(), LinkSpecs(), RetentionSpecs()}) {
+    specs.insert(specs.end(), more.begin(), more.end());
+  }
   for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {
     spec.name = "faults." + spec.name;
     specs.push_back(std::move(spec));
@@ -174,6 +182,7 @@ Status ValidateRanges(const Config& config) {
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "receiver.checkpoint_versions", 1, "versions"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "serve.poll_interval_ms", 0, "0: no polling"));
   REFIT_RETURN_NOT_OK(RequireAtLeast(config, "serve.sync_timeout_s", 0, "seconds"));
+  REFIT_RETURN_NOT_OK(RequireAtLeast(config, "sender.keep_versions", 0, "0: keep every version"));
   REFIT_RETURN_NOT_OK(
       RequireAtLeast(config, "receiver.max_apply_failures", 1, "attempts before abandoning"));
   // A payload smaller than this is all header and round trips.

@@ -38,6 +38,7 @@ const std::vector<std::string>& KillPoints() {
       "sender.manifest_put",      // this rank's manifest is stored, the commit is not
       "sender.commit_put",        // the commit is stored, the sender's state does not say so yet
       "sender.advance",           // mid baseline advance: some of our records are in the baseline
+      "sender.retention",         // an expired version's COMMIT is removed, its other objects not
       "receiver.applying",        // the state says `applying`, nothing written into the model yet
       "receiver.record_applied",  // a record is in the model, more of the version remain
       "receiver.journaled",  // a batch of records is in the redo log, its bits not yet in the file

@@ -26,6 +26,7 @@
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
 #include "protocol/auth.h"
+#include "protocol/chain_bridge.h"
 #include "protocol/verified_io.h"
 #include "receive/apply.h"
 #include "receive/box_digests.h"
@@ -317,10 +318,43 @@ struct Receiver::Impl {
     std::string head = commit_sha256;
     for (uint64_t v = version + 1; v <= f; ++v) {
       auto c = ReadCommit(v);
-      if (!c.ok() || !c.value() || c.value()->commit.prev != head) return false;
+      if (c.ok() && !c.value()) {
+        // Deleted by the sender's retention: its chain bridge spans the commits that went.
+        std::optional<internal::ChainBridge> bridge = ReadBridge();
+        if (!bridge || bridge->from != v - 1 || bridge->from_sha256 != head) return false;
+        head = bridge->to_sha256;
+        v = bridge->to;
+        continue;
+      }
+      if (!c.ok() || c.value()->commit.prev != head) return false;
       head = c.value()->sha256;
     }
     return true;
+  }
+
+  // chain/<id>, written by the sender before it deleted commits this receiver had not reached.
+  std::optional<internal::ChainBridge> ReadBridge() {
+    const std::string key = internal::ChainBridgeKey(id);
+    auto bytes = internal::GetStable(*transport, key, 1 << 16);
+    if (!bytes.ok()) return std::nullopt;
+    auto bridge = internal::ParseChainBridge(bytes.value().data(), bytes.value().size(), key);
+    if (!bridge.ok() || bridge->receiver != id) return std::nullopt;
+    return std::move(bridge).value();
+  }
+
+  // Our own commit and our successor's are gone while newer versions exist: the sender's
+  // retention window moved past us, and only a full sync can bring us back (asked for here).
+  Status CheckLeftBehind(const std::optional<uint64_t>& newest) {
+    if (version == 0 || !newest || *newest <= version + 1) return Status::OK();
+    REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> own, transport->Size(CommitKey(version)));
+    if (own.has_value()) return Status::OK();
+    const std::string why = "need full sync: receiver '" + id + "' holds version " +
+                            std::to_string(version) +
+                            ", whose successors were deleted by the sender's retention "
+                            "(newest: version " +
+                            std::to_string(*newest) + ")";
+    REFIT_RETURN_NOT_OK(RequestFull(why));
+    return Status::VersionMismatch(why);
   }
 
   Result<std::vector<Manifest>> ReadManifests(const Commit& c) {
@@ -963,6 +997,7 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
       REFIT_RETURN_NOT_OK(m.RequestFull(why));
       return Status::VersionMismatch(why);
     }
+    REFIT_RETURN_NOT_OK(m.CheckLeftBehind(newest));
     if (m.version == 0 && newest) {
       // Versions exist but none we can start from: ask instead of guessing.
       std::string why = NeedFull(

@@ -28,6 +28,7 @@
 #include "send/async_putter.h"
 #include "send/auto_policy.h"
 #include "send/delta_writer.h"
+#include "send/retention.h"
 
 namespace refit {
 
@@ -107,6 +108,7 @@ struct Sender::Impl {
   std::vector<std::string> receivers;
   double ack_timeout = 600;
   int64_t full_every = 0;
+  uint64_t keep_versions = 3;  // committed versions kept on the transport; 0: all (retention.h)
   int64_t poll_ms = 50;
   // Read every object back after putting it: a commit is written only once every object it
   // names is verified in storage (a put may report success and store nothing, or other bytes).
@@ -764,6 +766,17 @@ struct Sender::Impl {
     return SaveState();
   }
 
+  // Rank 0, once every receiver answered the newest version: versions beyond the window go
+  // (send/retention.h). Cleanup never stalls training: a failure is a warning, and the next
+  // publish tries again.
+  void Retain() {
+    auto retained = internal::ApplyRetention(*transport, published_version, keep_versions);
+    if (!retained.ok()) {
+      Log(LogLevel::kWarn, "sender",
+          "retention: " + retained.status().message() + " (retried at the next publish)");
+    }
+  }
+
   // The [sender] keys (docs/config.md), each checked where it is read.
   Status ReadOptions() {
     REFIT_ASSIGN_OR_RAISE(state_dir, config.RequireString("sender.state_dir"));
@@ -779,6 +792,8 @@ struct Sender::Impl {
     checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, versions));
     REFIT_ASSIGN_OR_RAISE(checkpoint_bytes, config.GetSize("sender.checkpoint_bytes", 0));
     REFIT_ASSIGN_OR_RAISE(full_every, config.GetInt("sender.full_every", 0));
+    REFIT_ASSIGN_OR_RAISE(int64_t keep, config.GetInt("sender.keep_versions", 3));
+    keep_versions = static_cast<uint64_t>(keep);
     REFIT_ASSIGN_OR_RAISE(poll_ms, config.GetInt("sender.poll_interval_ms", 50));
     REFIT_ASSIGN_OR_RAISE(std::string mode, config.GetString("sender.mode", "tp"));
     if (mode != "tp" && mode != "pp") {
@@ -941,6 +956,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     m.advance_seconds = 0;
     REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
+    if (m.rank == 0) m.Retain();
     stats.advance_resumed_entries = m.advance_resumed_entries;
     stats.advance_seconds = m.advance_seconds;
     stats.wait_seconds = wait.Seconds() - m.advance_seconds;
