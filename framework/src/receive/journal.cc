@@ -373,13 +373,18 @@ Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64
       }
       n *= e.box.extent[d];
     }
+    // A contiguous box (the common case) maps a position by one addition.
+    const bool contiguous = BoxIsContiguous(t.shape, e.box);
+    uint8_t* base =
+        contiguous ? t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size : nullptr;
     for (uint64_t i = 0; i < e.count; ++i) {
       const uint64_t p = e.Position(i);
       if (p >= n) {
         return Status::Corrupt(path_ + ": log position outside its box in '" + e.tensor + "'");
       }
-      std::memcpy(t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size,
-                  e.values + i * e.elem_size, e.elem_size);
+      uint8_t* at = contiguous ? base + p * e.elem_size
+                               : t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size;
+      std::memcpy(at, e.values + i * e.elem_size, e.elem_size);
     }
     // Killed here, a replay is redone from the start: entries are overwrites.
     if (++replayed == 1) MaybeKillAt("redo.replay");
