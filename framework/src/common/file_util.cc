@@ -125,10 +125,15 @@ std::string ParentDir(const std::string& path) {
   return path.substr(0, slash);
 }
 
-Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& path) {
+namespace {
+
+// Writes all of data at `offset` (pwrite), or at the file position when offset < 0 (write).
+Status WriteLoop(int fd, const uint8_t* data, uint64_t len, int64_t offset,
+                 const std::string& path) {
   const uint64_t total = len;
   while (len > 0) {
-    ssize_t n = ::write(fd, data, std::min(len, kMaxWriteChunk));
+    const uint64_t chunk = std::min(len, kMaxWriteChunk);
+    ssize_t n = offset < 0 ? ::write(fd, data, chunk) : ::pwrite(fd, data, chunk, offset);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::IoError(Errno("write", path) + " (at byte " + std::to_string(total - len) +
@@ -137,26 +142,20 @@ Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& pa
     if (n == 0) return Status::IoError("write " + path + ": no progress");
     data += n;
     len -= static_cast<uint64_t>(n);
+    if (offset >= 0) offset += n;
   }
   return Status::OK();
 }
 
+}  // namespace
+
+Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& path) {
+  return WriteLoop(fd, data, len, -1, path);
+}
+
 Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
                   const std::string& path) {
-  const uint64_t total = len;
-  while (len > 0) {
-    ssize_t n = ::pwrite(fd, data, std::min(len, kMaxWriteChunk), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::IoError(Errno("write", path) + " (at byte " + std::to_string(total - len) +
-                             " of " + std::to_string(total) + ")");
-    }
-    if (n == 0) return Status::IoError("write " + path + ": no progress");
-    data += n;
-    offset += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
-  }
-  return Status::OK();
+  return WriteLoop(fd, data, len, static_cast<int64_t>(offset), path);
 }
 
 Status FsyncFd(int fd, const std::string& path) {

@@ -54,6 +54,20 @@ Status CheckTarget(const Payload& payload, size_t index, const TensorView& targe
   return Status::OK();
 }
 
+// Decodes record `index` over `bits` (n elements holding the box's current bits) in place.
+Status DecodeRecord(const Payload& payload, size_t index, const Encoding& enc, uint8_t* bits,
+                    uint64_t n) {
+  const RecordHeader& r = payload.records()[index];
+  refit_decode_target_t t{};
+  t.struct_size = sizeof(t);
+  t.dtype = static_cast<int32_t>(r.dtype);
+  t.elem_size = SizeOf(r.dtype);
+  t.n_elems = n;
+  t.bits = bits;
+  return enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
+      .WithContext(RecordWhere(payload, index));
+}
+
 // Decodes a record straight into the target (through scratch when its box is not contiguous)
 // and verifies the digest of the result.
 Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, TensorView& target,
@@ -70,14 +84,7 @@ Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, T
     GatherBox(target.bytes(), target.shape, box, elem, scratch.data());
     bits = scratch.data();
   }
-  refit_decode_target_t t{};
-  t.struct_size = sizeof(t);
-  t.dtype = static_cast<int32_t>(r.dtype);
-  t.elem_size = elem;
-  t.n_elems = n;
-  t.bits = bits;
-  REFIT_RETURN_NOT_OK(enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
-                          .WithContext(RecordWhere(payload, index)));
+  REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, bits, n));
   uint64_t digest = kernels::Digest64(bits, n * elem);
   if (digest != r.digest) {
     return Status::Corrupt(RecordWhere(payload, index) +
@@ -224,14 +231,7 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
     old_bits = scratch.data() + bytes;
   }
   std::memcpy(new_bits, old_bits, bytes);
-  refit_decode_target_t t{};
-  t.struct_size = sizeof(t);
-  t.dtype = static_cast<int32_t>(r.dtype);
-  t.elem_size = elem;
-  t.n_elems = n;
-  t.bits = new_bits;
-  REFIT_RETURN_NOT_OK(enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
-                          .WithContext(RecordWhere(payload, index)));
+  REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, new_bits, n));
   out->decode_seconds = decode.Seconds();
   Stopwatch verify;
   out->positions.clear();

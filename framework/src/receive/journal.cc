@@ -407,4 +407,36 @@ Status RedoLog::MarkCurrentBoot() {
 
 Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }
 
+Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from) {
+  std::map<std::string, TensorView*> by_name;
+  for (TensorView& t : tensors) by_name[t.name] = &t;
+  return log.Replay(by_name, from);
+}
+
+Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durable,
+                                             uint64_t clean_bytes,
+                                             const std::vector<TensorView>& tensors) {
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<RedoLog> log, RedoLog::Open(path, durable, clean_bytes));
+  if (log->written_in_another_boot() && !log->empty()) {
+    REFIT_RETURN_NOT_OK(ReplayInto(*log, tensors));
+    REFIT_RETURN_NOT_OK(log->MarkCurrentBoot());
+  }
+  return log;
+}
+
+Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
+                             const CheckpointPolicy& policy, bool force,
+                             const std::function<Status()>& sync_file) {
+  if (log.empty()) return false;
+  const uint64_t cap = policy.bytes != 0 ? policy.bytes : file_bytes;
+  if (!force && version - log.checkpoint_version() < policy.versions && log.bytes() < cap) {
+    return false;
+  }
+  MaybeKillAt("redo.checkpoint");
+  REFIT_RETURN_NOT_OK(sync_file());
+  MaybeKillAt("redo.checkpoint_synced");
+  REFIT_RETURN_NOT_OK(log.Checkpoint(version));
+  return true;
+}
+
 }  // namespace refit::internal

@@ -15,6 +15,7 @@
 // - a torn last entry fails its checksum and is cut off (it never reached the file).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -98,6 +99,28 @@ class RedoLog {
   std::string staged_;
   std::vector<std::string> staged_ids_;
 };
+
+// The same with the file's tensors as views (by name).
+Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from = 0);
+
+// Opens a file's redo log; entries written in another boot (the file's pages since the last
+// checkpoint may never have reached the disk) are first replayed into `tensors`, the file's.
+Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durable,
+                                             uint64_t clean_bytes,
+                                             const std::vector<TensorView>& tensors);
+
+// When a file is synced and its log emptied: every `versions` versions since the last
+// checkpoint, or once the log holds `bytes` (0: the file's size).
+struct CheckpointPolicy {
+  uint64_t versions = 8;
+  uint64_t bytes = 0;
+};
+// Checkpoints the file holding `version` when the policy says so (or `force`): sync_file, then
+// the log emptied (kill points redo.checkpoint and redo.checkpoint_synced around the sync).
+// Whether it did.
+Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
+                             const CheckpointPolicy& policy, bool force,
+                             const std::function<Status()>& sync_file);
 
 // Element index in a row-major tensor of the box's i-th element (row-major within the box).
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i);

@@ -21,8 +21,8 @@
 #include "common/stopwatch.h"
 #include "common/worker_pool.h"
 #include "faults/faults.h"
-#include "link/link.h"
 #include "format/model_file.h"
+#include "link/link.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
 #include "protocol/auth.h"
@@ -117,8 +117,7 @@ struct Receiver::Impl {
   // size when the last version was committed (what lies past it is an interrupted attempt).
   std::unique_ptr<internal::RedoLog> redo;
   uint64_t log_bytes = 0;
-  uint64_t checkpoint_versions = 8;
-  uint64_t checkpoint_bytes = 0;  // 0: the model file's size
+  internal::CheckpointPolicy checkpoint;
   bool asked_full = false;
   // With a key, only signed versions are taken (protocol/auth.h).
   std::optional<std::string> auth_key;
@@ -253,36 +252,19 @@ struct Receiver::Impl {
   // last checkpoint may not have reached the disk) are replayed into it.
   Status OpenLog() {
     redo.reset();
-    REFIT_ASSIGN_OR_RAISE(redo, internal::RedoLog::Open(LogPath(), durable, log_bytes));
-    if (redo->written_in_another_boot() && !redo->empty()) {
-      REFIT_RETURN_NOT_OK(ReplayLog(0));
-      REFIT_RETURN_NOT_OK(redo->MarkCurrentBoot());
-    }
+    REFIT_ASSIGN_OR_RAISE(redo,
+                          internal::OpenRedoLog(LogPath(), durable, log_bytes, ModelTensors()));
     return Status::OK();
-  }
-
-  Status ReplayLog(uint64_t from) {
-    std::map<std::string, TensorView*> by_name;
-    std::vector<TensorView> tensors = ModelTensors();
-    for (TensorView& t : tensors) by_name[t.name] = &t;
-    return redo->Replay(by_name, from);
   }
 
   // The model file is synced and its redo log emptied every checkpoint_versions versions, once
   // the log holds checkpoint_bytes (default: the model's size), or when `force`d (idle).
   Status MaybeCheckpoint(bool force) {
-    if (attached || redo == nullptr || model == nullptr || applying != 0 || redo->empty()) {
-      return Status::OK();
-    }
-    const uint64_t cap = checkpoint_bytes != 0 ? checkpoint_bytes : model->file_size();
-    if (!force && version - redo->checkpoint_version() < checkpoint_versions &&
-        redo->bytes() < cap) {
-      return Status::OK();
-    }
-    internal::MaybeKillAt("redo.checkpoint");
-    REFIT_RETURN_NOT_OK(model->Sync());
-    internal::MaybeKillAt("redo.checkpoint_synced");
-    REFIT_RETURN_NOT_OK(redo->Checkpoint(version));
+    if (attached || redo == nullptr || model == nullptr || applying != 0) return Status::OK();
+    REFIT_ASSIGN_OR_RAISE(
+        bool done, internal::CheckpointIfDue(*redo, version, model->file_size(), checkpoint, force,
+                                             [&] { return model->Sync(); }));
+    if (!done) return Status::OK();
     log_bytes = redo->bytes();
     return SaveState();
   }
@@ -782,7 +764,7 @@ struct Receiver::Impl {
     // records are replayed (they may not all have reached the model) and skipped.
     stats->resumed_entries = stats->resumed ? redo->interrupted_entries() : 0;
     if (stats->resumed && redo->bytes() > log_bytes) {
-      REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
+      REFIT_RETURN_NOT_OK(internal::ReplayInto(*redo, ModelTensors(), log_bytes));
     }
     return Status::OK();
   }
@@ -873,8 +855,8 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(m.durable, m.config.GetBool("receiver.durable", true));
   REFIT_ASSIGN_OR_RAISE(int64_t checkpoint_versions,
                         m.config.GetInt("receiver.checkpoint_versions", 8));
-  m.checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, checkpoint_versions));
-  REFIT_ASSIGN_OR_RAISE(m.checkpoint_bytes, m.config.GetSize("receiver.checkpoint_bytes", 0));
+  m.checkpoint.versions = static_cast<uint64_t>(std::max<int64_t>(1, checkpoint_versions));
+  REFIT_ASSIGN_OR_RAISE(m.checkpoint.bytes, m.config.GetSize("receiver.checkpoint_bytes", 0));
   REFIT_ASSIGN_OR_RAISE(m.verify_payloads_first,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));

@@ -13,8 +13,8 @@
 #include "common/state_json.h"
 #include "common/stopwatch.h"
 #include "faults/faults.h"
-#include "link/link.h"
 #include "format/model_file.h"
+#include "link/link.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
 #include "protocol/auth.h"
@@ -133,8 +133,7 @@ struct Sender::Impl {
   // last completed advance (what lies past it is an interrupted one).
   std::unique_ptr<internal::RedoLog> redo;
   uint64_t log_bytes = 0;
-  uint64_t checkpoint_versions = 8;
-  uint64_t checkpoint_bytes = 0;  // 0: the baseline file's size
+  internal::CheckpointPolicy checkpoint;
   uint64_t published_version = 0;
   bool published_full = false;
   bool force_full = false;
@@ -217,35 +216,19 @@ struct Sender::Impl {
   // (the baseline's pages since the last checkpoint may not have reached the disk).
   Status OpenLog() {
     redo.reset();
-    REFIT_ASSIGN_OR_RAISE(redo,
-                          internal::RedoLog::Open(AdvanceLogPath(), /*durable=*/true, log_bytes));
-    if (redo->written_in_another_boot() && !redo->empty()) {
-      REFIT_RETURN_NOT_OK(ReplayLog(0));
-      REFIT_RETURN_NOT_OK(redo->MarkCurrentBoot());
-    }
+    REFIT_ASSIGN_OR_RAISE(redo, internal::OpenRedoLog(AdvanceLogPath(), /*durable=*/true, log_bytes,
+                                                      baseline->tensors()));
     return Status::OK();
   }
 
-  Status ReplayLog(uint64_t from) {
-    std::vector<TensorView> views = baseline->tensors();
-    std::map<std::string, TensorView*> all;
-    for (TensorView& t : views) all[t.name] = &t;
-    return redo->Replay(all, from);
-  }
-
-  // The baseline file is synced and its log emptied every checkpoint_versions versions or once
-  // the log holds checkpoint_bytes (default: the baseline's size).
+  // The baseline file is synced and its log emptied every checkpoint.versions versions or once
+  // the log holds checkpoint.bytes (default: the baseline's size).
   Status MaybeCheckpoint() {
-    if (redo == nullptr || baseline == nullptr || redo->empty()) return Status::OK();
-    const uint64_t cap = checkpoint_bytes != 0 ? checkpoint_bytes : baseline->file_size();
-    if (baseline_version - redo->checkpoint_version() < checkpoint_versions &&
-        redo->bytes() < cap) {
-      return Status::OK();
-    }
-    internal::MaybeKillAt("redo.checkpoint");
-    REFIT_RETURN_NOT_OK(baseline->Sync());
-    internal::MaybeKillAt("redo.checkpoint_synced");
-    REFIT_RETURN_NOT_OK(redo->Checkpoint(baseline_version));
+    if (redo == nullptr || baseline == nullptr) return Status::OK();
+    REFIT_ASSIGN_OR_RAISE(
+        bool done, internal::CheckpointIfDue(*redo, baseline_version, baseline->file_size(),
+                                             checkpoint, false, [&] { return baseline->Sync(); }));
+    if (!done) return Status::OK();
     log_bytes = redo->bytes();
     return SaveState();
   }
@@ -522,10 +505,7 @@ struct Sender::Impl {
   Status AdvanceFromPending(internal::RedoLog& pending) {
     REFIT_RETURN_NOT_OK(redo->CopyEntriesFrom(pending));
     internal::MaybeKillAt("sender.advance");
-    std::vector<TensorView> views = baseline->tensors();
-    std::map<std::string, TensorView*> all;
-    for (TensorView& t : views) all[t.name] = &t;
-    return pending.Replay(all);
+    return internal::ReplayInto(pending, baseline->tensors());
   }
 
   // The baseline is not advanced to the published version (a receiver asked for a full sync, or
@@ -634,7 +614,8 @@ struct Sender::Impl {
       // Entries past the size of the last completed advance are an interrupted one: replayed,
       // their records skipped.
       advance_resumed_entries = redo->interrupted_entries();
-      if (redo->bytes() > log_bytes) REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
+      if (redo->bytes() > log_bytes)
+        REFIT_RETURN_NOT_OK(internal::ReplayInto(*redo, baseline->tensors(), log_bytes));
     }
     std::vector<uint8_t> scratch;
     std::vector<uint8_t> bytes;
@@ -653,7 +634,7 @@ struct Sender::Impl {
                                                  nullptr, &sink));
       internal::MaybeKillAt("sender.advance");
     }
-    if (copied) REFIT_RETURN_NOT_OK(ReplayLog(log_bytes));
+    if (copied) REFIT_RETURN_NOT_OK(internal::ReplayInto(*redo, baseline->tensors(), log_bytes));
     if (pending != nullptr) REFIT_RETURN_NOT_OK(AdvanceFromPending(*pending));
     baseline_version = published_version;
     log_bytes = redo->bytes();
@@ -789,8 +770,8 @@ struct Sender::Impl {
     REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
     REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
     REFIT_ASSIGN_OR_RAISE(int64_t versions, config.GetInt("sender.checkpoint_versions", 8));
-    checkpoint_versions = static_cast<uint64_t>(std::max<int64_t>(1, versions));
-    REFIT_ASSIGN_OR_RAISE(checkpoint_bytes, config.GetSize("sender.checkpoint_bytes", 0));
+    checkpoint.versions = static_cast<uint64_t>(std::max<int64_t>(1, versions));
+    REFIT_ASSIGN_OR_RAISE(checkpoint.bytes, config.GetSize("sender.checkpoint_bytes", 0));
     REFIT_ASSIGN_OR_RAISE(full_every, config.GetInt("sender.full_every", 0));
     REFIT_ASSIGN_OR_RAISE(int64_t keep, config.GetInt("sender.keep_versions", 3));
     keep_versions = static_cast<uint64_t>(keep);
