@@ -388,32 +388,22 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     return ApplyLogged(payload, checked, *sink, scratch, stats);
   }
   // Records of one payload write disjoint boxes: with a pool they are applied in parallel
-  // stripes (this thread takes the first). The journal and the sink's hooks are serialized.
+  // stripes (this thread takes the first). The sink's hooks are serialized.
   WorkerPool* pool = sink != nullptr ? sink->pool : nullptr;
   const size_t stripes =
       pool == nullptr ? 1 : std::min<size_t>(std::max<size_t>(writing, 1), sink->threads);
   std::vector<StripeResult> results(stripes);
   std::mutex mu;
-  if (stripes > 1) {
-    std::latch done(static_cast<std::ptrdiff_t>(stripes - 1));
-    for (size_t k = 1; k < stripes; ++k) {
-      pool->Submit([&, k] {
-        std::vector<uint8_t> own_scratch;
-        ApplyStripe(payload, checked, k, stripes, sink, mu, own_scratch, &results[k]);
-        done.count_down();
-      });
-    }
-    ApplyStripe(payload, checked, 0, stripes, sink, mu, scratch, &results[0]);
-    done.wait();
-  } else {
-    ApplyStripe(payload, checked, 0, 1, sink, mu, scratch, &results[0]);
-  }
+  RunStripes(pool, stripes, [&](size_t k) {
+    thread_local std::vector<uint8_t> worker_scratch;
+    ApplyStripe(payload, checked, k, stripes, sink, mu, k == 0 ? scratch : worker_scratch,
+                &results[k]);
+  });
   const StripeResult* failed = nullptr;
   for (const StripeResult& r : results) {
     if (stats != nullptr) {
       stats->counters.records += r.stats.counters.records;
       stats->counters.changed_elements += r.stats.counters.changed_elements;
-      stats->journaled_records += r.stats.journaled_records;
       stats->resumed_skipped_records += r.stats.resumed_skipped_records;
     }
     if (!r.status.ok() && (failed == nullptr || r.failed_index < failed->failed_index)) failed = &r;
