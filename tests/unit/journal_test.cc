@@ -231,6 +231,58 @@ TEST_F(RedoLogTest, ReplayRefusesEntriesThatDoNotFitTheModel) {
   for (uint16_t b : bits) EXPECT_EQ(b, 0);
 }
 
+// Increasing positions are stored as a gap stream (smaller: the log's bytes are what its sync
+// waits for), with escapes for long gaps; any other order keeps fixed-width positions. Both replay
+// to the same bits, and a gap-coded position past the box is refused like a fixed one.
+TEST_F(RedoLogTest, IncreasingPositionsAreGapCodedAndReplayExactly) {
+  const uint64_t n = 200000;
+  std::vector<uint64_t> increasing;
+  for (uint64_t p = 3; p < n; p += 1 + (p % 97 == 0 ? 70000 : p % 300)) increasing.push_back(p);
+  std::vector<uint64_t> shuffled = {9, 4, 150000, 4000, 77};
+  std::vector<uint16_t> values(increasing.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint16_t>(0x8000 + i);
+  const Box box{{0}, {n}};
+  uint64_t fixed_entry_bytes = 0;
+  {
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
+    ASSERT_TRUE(log->Stage("inc", "v", box, 2, increasing.data(), increasing.size(),
+                           reinterpret_cast<const uint8_t*>(values.data()))
+                    .ok());
+    ASSERT_TRUE(log->Flush().ok());
+    // Fixed width would be 4 + 2 bytes a change; gap-coded is well under.
+    EXPECT_LT(log->bytes() - RedoLog::HeaderBytes(), increasing.size() * (4 + 2));
+    const uint64_t before = log->bytes();
+    ASSERT_TRUE(log->Stage("shuf", "v", box, 2, shuffled.data(), shuffled.size(),
+                           reinterpret_cast<const uint8_t*>(values.data()))
+                    .ok());
+    ASSERT_TRUE(log->Flush().ok());
+    fixed_entry_bytes = log->bytes() - before;
+  }
+  EXPECT_GE(fixed_entry_bytes, shuffled.size() * (4 + 2));
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
+  std::vector<uint16_t> bits(n, 0);
+  TensorView t;
+  t.name = "v";
+  t.dtype = DType::kI16;
+  t.shape = {n};
+  t.data = bits.data();
+  ASSERT_TRUE(log->Replay({{"v", &t}}).ok());
+  std::vector<uint16_t> want(n, 0);
+  for (size_t i = 0; i < increasing.size(); ++i) want[increasing[i]] = values[i];
+  for (size_t i = 0; i < shuffled.size(); ++i) want[shuffled[i]] = values[i];
+  EXPECT_EQ(bits, want);
+  // A gap-coded entry whose positions run past its box is refused, nothing written.
+  ASSERT_TRUE(log->Checkpoint(1).ok());
+  ASSERT_TRUE(log->Stage("oob", "v", Box{{0}, {1000}}, 2, increasing.data(), 50,
+                         reinterpret_cast<const uint8_t*>(values.data()))
+                  .ok());
+  ASSERT_TRUE(log->Flush().ok());
+  ASSERT_GT(increasing[49], 1000u);
+  std::fill(bits.begin(), bits.end(), 0);
+  EXPECT_EQ(log->Replay({{"v", &t}}).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(bits, std::vector<uint16_t>(n, 0));
+}
+
 TEST_F(RedoLogTest, AGarbageHeaderStartsAnEmptyLog) {
   {
     std::ofstream out(path_, std::ios::binary);

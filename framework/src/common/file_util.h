@@ -114,6 +114,13 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents, bool 
 // "<path>: is a directory").
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 
+// Maps the pages of [begin, begin + bytes) writable ahead of `writes` scattered stores into them,
+// when the stores are dense enough (several per page) that nearly every page would take a write
+// fault anyway: one madvise(MADV_POPULATE_WRITE) costs a fraction of a fault per page (measured:
+// 0.33 s vs 0.64 s for 1 GB of a shared file mapping). Best effort: a kernel or mapping that
+// refuses it only leaves the faults to happen one by one.
+void PrefaultForWrite(uint8_t* begin, uint64_t bytes, uint64_t writes);
+
 // A whole regular file mapped into memory. Read-only mappings are private; writable ones are
 // shared, so stores reach the file (Sync() makes them durable). An empty file maps to nullptr.
 class MappedFile {

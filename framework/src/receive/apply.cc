@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <latch>
 #include <mutex>
 
+#include "common/file_util.h"
 #include "common/stopwatch.h"
 #include "common/worker_pool.h"
 #include "faults/faults.h"
@@ -226,6 +228,9 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   const uint8_t* old_bits;
   if (contiguous) {
     old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
+    // Its changes will be written where they are: map the pages writable now (dense records),
+    // so neither this read nor those writes fault page by page.
+    PrefaultForWrite(const_cast<uint8_t*>(old_bits), bytes, r.changed);
   } else {
     GatherBox(target.bytes(), target.shape, box, elem, scratch.data() + bytes);
     old_bits = scratch.data() + bytes;
@@ -269,9 +274,10 @@ void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, ui
   }
 }
 
-// The most bytes of changes held (computed, not yet written) before they are logged and
-// written: bounds the memory of a window of records.
-constexpr uint64_t kMaxHeldChangeBytes = 256ull << 20;
+// The most bytes of changes held (computed, not yet written) per window of records: two
+// windows are held at once (one being logged while the next is computed). Small enough that a
+// large payload is several windows, so only the last window's log sync is waited for whole.
+constexpr uint64_t kMaxHeldChangeBytes = 32ull << 20;
 
 // Records [first, end) whose estimated changes (the changed count each header declares) fit
 // kMaxHeldChangeBytes, at least one.
@@ -287,88 +293,135 @@ size_t WindowEnd(const Payload& payload, const std::vector<CheckedRecord>& check
   return end;
 }
 
-// A file's records, exactly once and durable through its redo log (journal.h): each window of
-// records is decoded and verified in scratch in parallel, its changes logged and synced once,
-// then only the changed elements are written into the file.
+// A window of records [first, end) and their verified changes.
+struct Window {
+  size_t first = 0;
+  size_t end = 0;
+  std::vector<RecordChanges> changes;
+  double compute_seconds = 0;
+};
+
+std::string LogId(const Payload& payload, size_t index) {
+  return payload.label() + "#" + std::to_string(index);
+}
+
+// Decodes and verifies a window's records in parallel stripes (into scratch, nothing written).
+Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                     const std::vector<bool>& logged_before, ApplySink& sink,
+                     std::vector<uint8_t>& scratch, Window& w) {
+  w.changes.assign(w.end - w.first, RecordChanges());
+  std::vector<Status> failures(w.end - w.first);
+  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
+  Stopwatch compute;
+  RunStripes(sink.pool, stripes, [&](size_t k) {
+    thread_local std::vector<uint8_t> worker_scratch;
+    std::vector<uint8_t>& own = k == 0 ? scratch : worker_scratch;
+    for (size_t i = w.first + k; i < w.end; i += stripes) {
+      const CheckedRecord& c = checked[i];
+      RecordChanges& out = w.changes[i - w.first];
+      if (c.tensor == nullptr) continue;
+      out.logged_before = logged_before[i];
+      if (out.logged_before) continue;
+      failures[i - w.first] = ComputeChanges(payload, i, *c.encoding, *c.tensor, c.box, own, &out);
+      if (!failures[i - w.first].ok()) return;  // the first failure of this stripe
+    }
+  });
+  w.compute_seconds = compute.Seconds();
+  for (const Status& st : failures) REFIT_RETURN_NOT_OK(st);
+  return Status::OK();
+}
+
+Status StageWindow(const Payload& payload, const std::vector<CheckedRecord>& checked, RedoLog& log,
+                   const Window& w) {
+  for (size_t i = w.first; i < w.end; ++i) {
+    const RecordChanges& c = w.changes[i - w.first];
+    if (checked[i].tensor == nullptr || c.logged_before) continue;
+    REFIT_RETURN_NOT_OK(log.Stage(LogId(payload, i), checked[i].tensor->name, checked[i].box,
+                                  SizeOf(payload.records()[i].dtype), c.positions.data(),
+                                  c.positions.size(), c.values.data()));
+  }
+  return Status::OK();
+}
+
+// Writes a logged (synced) window's changes into the file, then reports its records.
+void WriteWindow(const Payload& payload, const std::vector<CheckedRecord>& checked, ApplySink& sink,
+                 const Window& w, ApplyStats* stats) {
+  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
+  Stopwatch write;
+  RunStripes(sink.pool, stripes, [&](size_t k) {
+    for (size_t i = w.first + k; i < w.end; i += stripes) {
+      if (checked[i].tensor == nullptr || w.changes[i - w.first].logged_before) continue;
+      WriteChanges(w.changes[i - w.first], *checked[i].tensor, checked[i].box,
+                   SizeOf(payload.records()[i].dtype));
+    }
+  });
+  if (stats != nullptr) stats->write_seconds += write.Seconds();
+  for (size_t i = w.first; i < w.end; ++i) {
+    const CheckedRecord& c = checked[i];
+    if (c.tensor == nullptr) continue;
+    const RecordHeader& r = payload.records()[i];
+    if (stats != nullptr) {
+      ++(w.changes[i - w.first].logged_before ? stats->resumed_skipped_records
+                                              : stats->journaled_records);
+      ++stats->counters.records;
+      stats->counters.changed_elements += r.changed;
+    }
+    if (sink.coverage != nullptr) sink.coverage->Add(*c.tensor, c.box);
+    if (sink.applied) sink.applied(*c.tensor, c.box, r.digest);
+  }
+}
+
+void AddComputeStats(const Window& w, ApplyStats* stats) {
+  if (stats == nullptr) return;
+  double decode = 0, verify = 0;
+  for (const RecordChanges& c : w.changes) {
+    decode += c.decode_seconds;
+    verify += c.verify_seconds;
+  }
+  // Stripes overlap: the window's wall time is split by the stages' shares of thread time.
+  const double share = decode + verify > 0 ? decode / (decode + verify) : 1;
+  stats->decode_seconds += w.compute_seconds * share;
+  stats->verify_seconds += w.compute_seconds * (1 - share);
+}
+
+// A file's records, exactly once and durable through its redo log (journal.h), pipelined by
+// windows of records: window i is decoded and verified in scratch (in parallel) while window
+// i-1's changes are written and synced to the log on another thread; once that sync returned,
+// window i's entries go to the log (another thread) while window i-1's changed elements (only
+// those) are written into the file. No element is written before its entry is synced.
 Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
                    ApplySink& sink, std::vector<uint8_t>& scratch, ApplyStats* stats) {
   RedoLog& log = *sink.journal;
-  const size_t n = checked.size();
-  for (size_t first = 0; first < n;) {
-    const size_t end = WindowEnd(payload, checked, first);
-    std::vector<RecordChanges> changes(end - first);
-    std::vector<Status> failures(end - first);
-    const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, end - first);
-    Stopwatch compute;
-    RunStripes(sink.pool, stripes, [&](size_t k) {
-      thread_local std::vector<uint8_t> worker_scratch;
-      std::vector<uint8_t>& own = k == 0 ? scratch : worker_scratch;
-      for (size_t i = first + k; i < end; i += stripes) {
-        const CheckedRecord& c = checked[i];
-        if (c.tensor == nullptr) continue;
-        if (log.Has(payload.label() + "#" + std::to_string(i))) {
-          changes[i - first].logged_before = true;
-          continue;
-        }
-        failures[i - first] =
-            ComputeChanges(payload, i, *c.encoding, *c.tensor, c.box, own, &changes[i - first]);
-        if (!failures[i - first].ok()) return;  // the first failure of this stripe
-      }
-    });
-    const double compute_seconds = compute.Seconds();
-    for (const Status& st : failures) REFIT_RETURN_NOT_OK(st);
-    Stopwatch log_sync;
-    for (size_t i = first; i < end; ++i) {
-      const RecordChanges& c = changes[i - first];
-      if (checked[i].tensor == nullptr || c.logged_before) continue;
-      REFIT_RETURN_NOT_OK(log.Stage(payload.label() + "#" + std::to_string(i),
-                                    checked[i].tensor->name, checked[i].box,
-                                    SizeOf(payload.records()[i].dtype), c.positions.data(),
-                                    c.positions.size(), c.values.data()));
+  // Known before any sync runs: the log's ids are not read while it writes.
+  std::vector<bool> logged_before(checked.size());
+  for (size_t i = 0; i < checked.size(); ++i) logged_before[i] = log.Has(LogId(payload, i));
+  Window prev, cur;
+  std::future<Status> syncing;  // prev's log write and sync
+  for (size_t first = 0;;) {
+    const bool last = first == checked.size();  // nothing left: only prev to land
+    Status computed;
+    if (!last) {
+      cur.first = first;
+      cur.end = WindowEnd(payload, checked, first);
+      computed = ComputeWindow(payload, checked, logged_before, sink, scratch, cur);
+      AddComputeStats(cur, stats);
     }
-    REFIT_RETURN_NOT_OK(log.Flush().WithContext(payload.label()));
-    MaybeKillAt("receiver.journaled");
-    const double log_seconds = log_sync.Seconds();
-    Stopwatch write;
-    RunStripes(sink.pool, stripes, [&](size_t k) {
-      for (size_t i = first + k; i < end; i += stripes) {
-        if (checked[i].tensor == nullptr || changes[i - first].logged_before) continue;
-        WriteChanges(changes[i - first], *checked[i].tensor, checked[i].box,
-                     SizeOf(payload.records()[i].dtype));
-      }
-    });
-    if (stats != nullptr) {
-      double decode = 0, verify = 0;
-      for (const RecordChanges& c : changes) {
-        decode += c.decode_seconds;
-        verify += c.verify_seconds;
-      }
-      // Stripes overlap: the window's wall time is split by the stages' shares of thread time.
-      const double share = decode + verify > 0 ? decode / (decode + verify) : 1;
-      stats->decode_seconds += compute_seconds * share;
-      stats->verify_seconds += compute_seconds * (1 - share);
-      stats->log_sync_seconds += log_seconds;
-      stats->write_seconds += write.Seconds();
+    Stopwatch wait;
+    const bool prev_logged = syncing.valid();
+    if (prev_logged) REFIT_RETURN_NOT_OK(syncing.get().WithContext(payload.label()));
+    if (prev_logged) MaybeKillAt("receiver.journaled");
+    if (!last && computed.ok()) {
+      REFIT_RETURN_NOT_OK(StageWindow(payload, checked, log, cur));
+      syncing = std::async(std::launch::async, [&log] { return log.Flush(); });
     }
-    for (size_t i = first; i < end; ++i) {
-      const CheckedRecord& c = checked[i];
-      if (c.tensor == nullptr) continue;
-      const RecordHeader& r = payload.records()[i];
-      if (changes[i - first].logged_before) {
-        if (stats != nullptr) ++stats->resumed_skipped_records;
-      } else if (stats != nullptr) {
-        ++stats->journaled_records;
-      }
-      if (sink.coverage != nullptr) sink.coverage->Add(*c.tensor, c.box);
-      if (sink.applied) sink.applied(*c.tensor, c.box, r.digest);
-      if (stats != nullptr) {
-        ++stats->counters.records;
-        stats->counters.changed_elements += r.changed;
-      }
-    }
-    first = end;
+    if (stats != nullptr) stats->log_sync_seconds += wait.Seconds();
+    // What is logged is also written, even when the next window failed.
+    if (prev_logged) WriteWindow(payload, checked, sink, prev, stats);
+    REFIT_RETURN_NOT_OK(computed);
+    if (last) return Status::OK();
+    first = cur.end;
+    std::swap(prev, cur);
   }
-  return Status::OK();
 }
 
 }  // namespace

@@ -59,7 +59,10 @@ Status DeltaWriter::Prepare() {
   } else if (encoding_ != "dense") {
     REFIT_ASSIGN_OR_RAISE(single_, encodings_.Get(encoding_));
   }
-  for (unsigned i = 0; i < threads_; ++i) slots_.push_back(std::make_unique<Slot>());
+  // More slots than workers: while the caller commits a finished slot (copying its record into
+  // the payload, staging its changes), the workers go on with the queued ones instead of idling.
+  const unsigned slots = threads_ > 1 ? 3 * threads_ : 1;
+  for (unsigned i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_);
   prepared_ = true;
   return Status::OK();
