@@ -4,6 +4,8 @@
 // (docs/reliability.md). The random version of all of this is the soak (soak_driver.cc).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "cli_harness.h"
 
 namespace refit::testing {
@@ -274,14 +276,16 @@ TEST_F(FaultSync, SenderKilledAfterItsCommitAdoptsTheCommittedVersion) {
 }
 
 // The sender's baseline advance applies a delta exactly once across a kill: by the changes its
-// diff recorded (the pending log), or, with those lost, by decoding its own payloads (xor records
-// through the redo log's skip of logged records).
+// diff recorded (past the committed size of the baseline's redo log), or, with those lost, by
+// decoding its own payloads (xor records through the redo log's skip of logged records).
 void FaultSync::KillMidAdvanceThenResume(bool lose_pending_changes) {
   Use("xor");
   TwoVersions();
   // Not synced, the pending changes of version 2 may be lost to a power cut.
-  ASSERT_TRUE(fs::exists(dir_ / "sender/baseline.r0.pending.log"));
-  if (lose_pending_changes) fs::remove(dir_ / "sender/baseline.r0.pending.log");
+  const fs::path log(dir_ / "sender/baseline.r0.redo.log");
+  const std::string state = dir_ / "sender/sender.r0.json";
+  ASSERT_TRUE(LogHasUncommittedEntries(log.string(), state));
+  if (lose_pending_changes) fs::resize_file(log, std::max<uint64_t>(CommittedLogBytes(state), 56));
   weights_.Mutate(0.05, 86);
   auto killed = Send({"REFIT_KILL_AT=sender.advance"});
   ASSERT_EQ(killed.exit_code, 128 + SIGKILL) << killed.out << killed.err;
@@ -323,6 +327,27 @@ TEST_F(FaultSync, ReceiverKilledBeforeItsAckAcknowledgesOnRestart) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir_ / "sync/acks/r0/v00000003"));
   EXPECT_TRUE(SameTensors(dir_ / "w.safetensors", dir_ / "receiver/model.safetensors"));
+}
+
+// An ack damaged in storage (a corrupt put whose re-put then failed) is no answer: the receiver
+// re-puts it on its next start instead of taking its mere existence for one (the sender would
+// wait for that version forever).
+TEST_F(FaultSync, ADamagedAckIsPutAgain) {
+  TwoVersions();
+  const std::string ack = dir_ / "sync/acks/r0/v00000002";
+  std::string bytes = ReadAll(ack);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x5A;
+  {
+    std::ofstream out(ack, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto r = Recv();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string again = ReadAll(ack);
+  EXPECT_NE(again, bytes);
+  EXPECT_NE(again.find("\"receiver\":\"r0\""), std::string::npos) << again;
+  EXPECT_NE(again.find("\"version\":2"), std::string::npos) << again;
 }
 
 TEST_F(FaultSync, ReceiverKilledAroundAFullSyncRenameKnowsWhichModelItHolds) {

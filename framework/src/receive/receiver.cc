@@ -720,13 +720,23 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  // A receiver killed after committing its version locally but before acknowledging it
-  // acknowledges it now, once per process (the sender waits for that ack).
+  // Whether an ack of our version is stored that parses and names us and it: one damaged in
+  // storage (or half re-put when the put failed) is no answer the sender can take.
+  bool HoldsValidAck() {
+    const std::string key = AckKey(id, version);
+    auto bytes = internal::GetStable(*transport, key, internal::kMaxControlBytes);
+    if (!bytes.ok()) return false;
+    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
+    return ack.ok() && ack->receiver == id && ack->version == version;
+  }
+
+  // A receiver killed after committing its version locally but before acknowledging it (or
+  // whose ack failed to store whole) acknowledges it now, once per process (the sender waits for
+  // that ack).
   Result<bool> EnsureAcknowledged() {
     if (ack_checked || version == 0 || applying != 0) return false;
-    REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> ack, transport->Size(AckKey(id, version)));
     bool sent = false;
-    if (!ack.has_value()) {
+    if (!HoldsValidAck()) {
       REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> c, ReadCommit(version));
       if (!c) {
         ack_checked = true;  // the version is gone from the transport: nothing to answer
