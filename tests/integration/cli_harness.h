@@ -123,13 +123,19 @@ inline CommandResult RunRefit(const std::vector<std::string>& args, const std::s
 // Number of lines of text (a trailing newline does not start a line).
 // Whether a receiver's redo log holds entries of an uncommitted attempt: more bytes than the
 // size receiver.json recorded at its last commit (`log_bytes`, absent while 0).
-inline bool LogHasUncommittedEntries(const std::string& state_dir) {
-  const std::string log = state_dir + "/redo.log";
-  if (!std::filesystem::exists(log)) return false;
-  const std::string state = ReadAll(state_dir + "/receiver.json");
+// The redo log `log` has entries past the size its owner's state file recorded at its last
+// commit (`log_bytes`, absent while 0).
+inline uint64_t CommittedLogBytes(const std::string& state_json) {
+  const std::string state = ReadAll(state_json);
   const size_t at = state.find("\"log_bytes\":");
-  const uint64_t committed = at == std::string::npos ? 0 : std::stoull(state.substr(at + 12));
-  return std::filesystem::file_size(log) > committed;
+  return at == std::string::npos ? 0 : std::stoull(state.substr(at + 12));
+}
+inline bool LogHasUncommittedEntries(const std::string& log, const std::string& state_json) {
+  if (!std::filesystem::exists(log)) return false;
+  return std::filesystem::file_size(log) > CommittedLogBytes(state_json);
+}
+inline bool LogHasUncommittedEntries(const std::string& state_dir) {
+  return LogHasUncommittedEntries(state_dir + "/redo.log", state_dir + "/receiver.json");
 }
 
 inline int LineCount(const std::string& text) {

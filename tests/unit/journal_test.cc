@@ -198,23 +198,40 @@ TEST_F(RedoLogTest, EntriesOfAnotherBootAreKnown) {
   EXPECT_TRUE(again->Has("a"));  // MarkCurrentBoot keeps the entries
 }
 
-TEST_F(RedoLogTest, EntriesAreCopiedFromAnotherLog) {
-  const std::string other_path = dir_ + "/pending.log";
-  ASSIGN_OR_FAIL_J(other, RedoLog::Open(other_path, false, 0));
-  Write(*other, "x", 3, 0x3333);
-  Write(*other, "y", 4, 0x4444);
-  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
-  Write(*log, "a", 0, 0x1111);
-  ASSERT_TRUE(log->CopyEntriesFrom(*other).ok());
-  EXPECT_TRUE(log->Has("y"));
-  ASSIGN_OR_FAIL_J(again, RedoLog::Open(path_, true, 0));
-  EXPECT_EQ(again->interrupted_entries(), 3u);
+// After a reboot, OpenRedoLog replays the committed entries only: those past the owner's clean
+// size (a sender's pending changes, written unsynced, or an interrupted attempt) are the owner's
+// to resume or drop, and stay indexed as such.
+TEST_F(RedoLogTest, AnotherBootReplaysOnlyTheCommittedEntries) {
+  uint64_t committed = 0;
+  {
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, true, 0));
+    Write(*log, "a", 0, 0x1111);
+    committed = log->bytes();
+    const uint64_t positions[] = {4};
+    const uint16_t value = 0x4444;
+    ASSERT_TRUE(
+        log->Stage("p#0", "w", SubBox(), 2, positions, 1, reinterpret_cast<const uint8_t*>(&value))
+            .ok());
+    ASSERT_TRUE(log->Flush(/*sync=*/false).ok());
+    EXPECT_TRUE(log->Has("p#0"));
+    ASSERT_TRUE(log->Sync().ok());
+  }
+  // Rewrite the header's boot id (bytes 12..47) and its checksum, as another boot would have.
+  std::fstream f(path_, std::ios::binary | std::ios::in | std::ios::out);
+  std::string header(RedoLog::HeaderBytes(), '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header.size()));
+  header.replace(12, 36, std::string(36, 'x'));
+  const uint64_t digest = kernels::Digest64(header.data(), header.size() - 8);
+  std::memcpy(header.data() + header.size() - 8, &digest, 8);
+  f.seekp(0);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.close();
   std::vector<uint16_t> bits(24, 0);
-  TensorView t = TensorW(bits);
-  ASSERT_TRUE(again->Replay({{"w", &t}}).ok());
+  ASSIGN_OR_FAIL_J(log, OpenRedoLog(path_, true, committed, {TensorW(bits)}));
   EXPECT_EQ(bits[1 * 6 + 2], 0x1111);
-  EXPECT_EQ(bits[2 * 6 + 2], 0x3333);
-  EXPECT_EQ(bits[2 * 6 + 3], 0x4444);
+  EXPECT_EQ(bits[2 * 6 + 3], 0);  // past the committed size: not replayed
+  EXPECT_TRUE(log->Has("p#0"));
+  EXPECT_EQ(log->interrupted_entries(), 1u);
 }
 
 TEST_F(RedoLogTest, ReplayRefusesEntriesThatDoNotFitTheModel) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -361,31 +362,21 @@ Status RedoLog::Stage(const std::string& record_id, const std::string& tensor, c
   return Status::OK();
 }
 
-Status RedoLog::Flush() {
-  if (staged_.empty()) return Status::OK();
-  REFIT_RETURN_NOT_OK(WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(staged_.data()),
-                                 staged_.size(), size_, path_));
-  if (durable_ && ::fdatasync(fd_) != 0) {
+Status RedoLog::Flush(bool sync) {
+  if (!staged_.empty()) {
+    REFIT_RETURN_NOT_OK(WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(staged_.data()),
+                                   staged_.size(), size_, path_));
+  } else if (!unsynced_ || !sync) {
+    return Status::OK();
+  }
+  unsynced_ = durable_ && !sync;  // a sync covers what earlier unsynced flushes wrote
+  if (sync && durable_ && ::fdatasync(fd_) != 0) {
     return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
   }
   size_ += staged_.size();
   staged_.clear();
   for (std::string& id : staged_ids_) ids_.insert(std::move(id));
   staged_ids_.clear();
-  return Status::OK();
-}
-
-Status RedoLog::CopyEntriesFrom(const RedoLog& other) {
-  REFIT_RETURN_NOT_OK(Flush());
-  const uint64_t n = other.size_ > kHeaderBytes ? other.size_ - kHeaderBytes : 0;
-  std::vector<uint8_t> bytes(n);
-  REFIT_RETURN_NOT_OK(ReadExactly(other.fd_, kHeaderBytes, bytes.data(), n, other.path_));
-  REFIT_RETURN_NOT_OK(WriteAllAt(fd_, bytes.data(), n, size_, path_));
-  if (durable_ && ::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
-  }
-  size_ += n;
-  ids_.insert(other.ids_.begin(), other.ids_.end());
   return Status::OK();
 }
 
@@ -400,8 +391,21 @@ Status RedoLog::TruncateTo(uint64_t size) {
   return Status::OK();
 }
 
-Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from) const {
+Status RedoLog::Sync() {
+  if (durable_ && ::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
+  }
+  unsynced_ = false;
+  return Status::OK();
+}
+
+void RedoLog::StartWriteback() { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
+
+Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from,
+                       uint64_t to) const {
   if (from < kHeaderBytes) from = kHeaderBytes;
+  to = std::min(to, size_);
+  if (from >= to) return Status::OK();
   size_t replayed = 0;
   std::vector<uint64_t> positions;
   auto apply = [&](uint64_t, const uint8_t* body, uint64_t len) -> Status {
@@ -445,7 +449,7 @@ Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64
     if (++replayed == 1) MaybeKillAt("redo.replay");
     return Status::OK();
   };
-  return ForEachEntry(fd_, path_, from, size_, apply).status();
+  return ForEachEntry(fd_, path_, from, to, apply).status();
 }
 
 Status RedoLog::MarkCurrentBoot() {
@@ -462,10 +466,10 @@ Status RedoLog::MarkCurrentBoot() {
 
 Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }
 
-Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from) {
+Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from, uint64_t to) {
   std::map<std::string, TensorView*> by_name;
   for (TensorView& t : tensors) by_name[t.name] = &t;
-  return log.Replay(by_name, from);
+  return log.Replay(by_name, from, to);
 }
 
 Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durable,
@@ -473,7 +477,10 @@ Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durab
                                              const std::vector<TensorView>& tensors) {
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<RedoLog> log, RedoLog::Open(path, durable, clean_bytes));
   if (log->written_in_another_boot() && !log->empty()) {
-    REFIT_RETURN_NOT_OK(ReplayInto(*log, tensors));
+    const uint64_t committed = clean_bytes >= RedoLog::HeaderBytes() && clean_bytes <= log->bytes()
+                                   ? clean_bytes
+                                   : log->bytes();
+    REFIT_RETURN_NOT_OK(ReplayInto(*log, tensors, 0, committed));
     REFIT_RETURN_NOT_OK(log->MarkCurrentBoot());
   }
   return log;

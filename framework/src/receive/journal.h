@@ -66,15 +66,21 @@ class RedoLog {
                const uint8_t* values);
   uint64_t staged_bytes() const { return staged_.size(); }
   // Writes the staged entries and syncs them (when durable): from here they survive a crash.
-  Status Flush();
-  // Appends every entry of `other` (another log of the same file's changes) and syncs them.
-  Status CopyEntriesFrom(const RedoLog& other);
+  // `sync` false: written (they survive the process, not a power cut) but not synced; a later
+  // Flush syncs them with its own.
+  Status Flush(bool sync = true);
+  // Syncs what was written (when durable), whether or not this process wrote it.
+  Status Sync();
+  // Starts the kernel writing back what was written (asynchronous), so that a later sync finds
+  // little left to wait for.
+  void StartWriteback();
   // Drops the entries at offsets >= `size` (an interrupted attempt that is redone whole).
   Status TruncateTo(uint64_t size);
 
-  // Writes the entries at offsets >= from (default: every entry) into `tensors`; idempotent.
-  // Entries without changes (markers) name no tensor and are skipped.
-  Status Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from = 0) const;
+  // Writes the entries at offsets in [from, to) (default: every entry) into `tensors`;
+  // idempotent. Entries without changes (markers) name no tensor and are skipped.
+  Status Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from = 0,
+                uint64_t to = UINT64_MAX) const;
   // After a replay of every entry: the header names this boot (entries are replayed again only
   // after another reboot).
   Status MarkCurrentBoot();
@@ -97,14 +103,18 @@ class RedoLog {
   size_t interrupted_ = 0;
   std::set<std::string> ids_;
   std::string staged_;
+  bool unsynced_ = false;  // entries written by Flush(false) and not synced since
   std::vector<std::string> staged_ids_;
 };
 
 // The same with the file's tensors as views (by name).
-Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from = 0);
+Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from = 0,
+                  uint64_t to = UINT64_MAX);
 
 // Opens a file's redo log; entries written in another boot (the file's pages since the last
-// checkpoint may never have reached the disk) are first replayed into `tensors`, the file's.
+// checkpoint may never have reached the disk) are first replayed into `tensors`, the file's, up
+// to `clean_bytes` (what the owner committed; entries past it are an interrupted attempt, maybe
+// never synced, that the owner resumes or drops itself).
 Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durable,
                                              uint64_t clean_bytes,
                                              const std::vector<TensorView>& tensors);

@@ -58,7 +58,8 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
   return src;
 }
 
-// Feeds a delta's pending log with each record's changes (ids `prefix` + a counter).
+// Appends each record's changes of a delta to the baseline's redo log, past its committed size
+// (ids `prefix` + a counter), written but not synced.
 internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, const char* prefix) {
   return [log, prefix, entries = uint64_t{0}](const internal::SliceSource& src, const Box& box,
                                               const uint64_t* positions, uint64_t count,
@@ -66,7 +67,7 @@ internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, cons
     REFIT_RETURN_NOT_OK(log->Stage(prefix + std::to_string(entries++), src.local_tensor, box,
                                    SizeOf(src.dtype), positions, count, values));
     // Written in pieces: the changes of a version are not all held in memory.
-    return log->staged_bytes() > (64ull << 20) ? log->Flush() : Status::OK();
+    return log->staged_bytes() > (64ull << 20) ? log->Flush(/*sync=*/false) : Status::OK();
   };
 }
 
@@ -465,47 +466,39 @@ struct Sender::Impl {
   std::string AdvanceLogPath() const {
     return state_dir + "/baseline.r" + std::to_string(rank) + ".redo.log";
   }
-  // The changes of the published delta, from the diff that made it: the baseline advances by
-  // them once it is acknowledged (no decode of our own payloads).
-  std::string PendingLogPath() const {
-    return state_dir + "/baseline.r" + std::to_string(rank) + ".pending.log";
-  }
-
-  // Starts the pending changes of `version` (a delta): a new log the writer stages into.
-  Result<std::unique_ptr<internal::RedoLog>> StartPendingLog(uint64_t version) {
-    ::unlink(PendingLogPath().c_str());
-    // Not synced: lost to a power cut, the advance decodes our payloads instead.
-    REFIT_ASSIGN_OR_RAISE(auto log, internal::RedoLog::Open(PendingLogPath(), false, 0));
-    REFIT_RETURN_NOT_OK(log->Checkpoint(version));
-    return log;
-  }
-
-  // Marks the pending log complete (a marker entry) and writes it.
-  static Status FinishPendingLog(internal::RedoLog& log) {
-    REFIT_RETURN_NOT_OK(log.Stage(kPendingEnd, "", Box{}, 1, nullptr, 0, nullptr));
-    return log.Flush();
-  }
-  // Ids of the pending log's entries (copied into the redo log: an interrupted copy is known by
-  // them) and of its closing marker.
+  // The changes of a published delta, from the diff that made it, wait in the baseline's redo
+  // log past its committed size (`log_bytes`), written but not synced, closed by a marker naming
+  // the version: the baseline advances by them once the version is acknowledged (no decode of
+  // our own payloads, no copy). Ids of those entries, of the marker and of the advance's start.
   static constexpr char kPendingPrefix[] = "pending#";
-  static constexpr char kPendingEnd[] = "pending#end";
+  static std::string PendingEndId(uint64_t version) {
+    return "pending#end.v" + std::to_string(version);
+  }
+  static std::string AdvanceId(uint64_t version) { return "advance.v" + std::to_string(version); }
 
-  // The pending changes of the published version, if they were written whole.
-  std::unique_ptr<internal::RedoLog> OpenPendingLog() const {
-    auto log = internal::RedoLog::Open(PendingLogPath(), false, 0);
-    if (!log.ok() || log.value()->checkpoint_version() != published_version ||
-        !log.value()->Has(kPendingEnd)) {
-      return nullptr;
-    }
-    return std::move(log).value();
+  // Closes the pending changes of `version` with its marker, written, and starts their
+  // writeback so that the advance's sync finds them on disk.
+  Status FinishPendingChanges(uint64_t version) {
+    REFIT_RETURN_NOT_OK(redo->Stage(PendingEndId(version), "", Box{}, 1, nullptr, 0, nullptr));
+    REFIT_RETURN_NOT_OK(redo->Flush(/*sync=*/false));
+    redo->StartWriteback();
+    return Status::OK();
   }
 
-  // Advances the baseline by the pending changes: copied into its redo log (synced), then
-  // written into the file.
-  Status AdvanceFromPending(internal::RedoLog& pending) {
-    REFIT_RETURN_NOT_OK(redo->CopyEntriesFrom(pending));
+  // Advances the baseline by the pending changes: a marker of the advance and everything before
+  // it synced, then the changes written into the file (a kill after the sync replays them).
+  Status AdvanceFromPending() {
+    const std::string started = AdvanceId(published_version);
+    if (redo->Has(started)) {
+      // Killed mid advance (maybe before its sync returned): synced again, replayed again.
+      advance_resumed_entries = redo->interrupted_entries();
+      REFIT_RETURN_NOT_OK(redo->Sync());
+    } else {
+      REFIT_RETURN_NOT_OK(redo->Stage(started, "", Box{}, 1, nullptr, 0, nullptr));
+      REFIT_RETURN_NOT_OK(redo->Flush());
+    }
     internal::MaybeKillAt("sender.advance");
-    return internal::ReplayInto(pending, baseline->tensors());
+    return internal::ReplayInto(*redo, baseline->tensors(), log_bytes);
   }
 
   // The baseline is not advanced to the published version (a receiver asked for a full sync, or
@@ -592,18 +585,16 @@ struct Sender::Impl {
     REFIT_ASSIGN_OR_RAISE(Manifest m, ParseManifest(mbytes.data(), mbytes.size(),
                                                     ManifestKey(published_version, rank)));
     if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
-    // An interrupted attempt copied the pending changes into the redo log: whole (its marker is
-    // there), replaying them is the advance; torn, the baseline was not touched yet (the copy is
-    // synced before any write) and it is dropped.
-    const bool copied = redo->Has(kPendingEnd);
-    if (copied) advance_resumed_entries = redo->interrupted_entries();
-    if (!copied && redo->HasIdWithPrefix(kPendingPrefix)) {
-      REFIT_RETURN_NOT_OK(redo->TruncateTo(log_bytes));
+    // The pending changes are whole when their marker is there; cut short (or lost to a power
+    // cut: they were not synced) the baseline was not touched yet (an advance syncs them before
+    // any write) and they are dropped: the advance decodes our payloads instead.
+    const bool pending = redo->Has(PendingEndId(published_version));
+    if (!pending && redo->HasIdWithPrefix(kPendingPrefix)) {
+      REFIT_RETURN_NOT_OK(redo->TruncateTo(std::max(log_bytes, internal::RedoLog::HeaderBytes())));
     }
-    std::unique_ptr<internal::RedoLog> pending = copied ? nullptr : OpenPendingLog();
     internal::TensorResolver resolve;
     std::vector<TensorView> locals;  // what the resolver points into
-    if (pending == nullptr && !copied) {
+    if (!pending) {
       // Canonical record boxes back to local boxes through the same slice maps that made them.
       locals = baseline->tensors();
       std::map<std::string, TensorView*> by_name;
@@ -626,7 +617,7 @@ struct Sender::Impl {
       if (!p.sha256.empty() && internal::Sha256Hex(bytes.data(), bytes.size()) != p.sha256) {
         return DropBaseline(p.key + " differs from the payload this rank published");
       }
-      if (pending != nullptr || copied) continue;
+      if (pending) continue;
       REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), p.key));
       internal::ApplySink sink;
       sink.journal = redo.get();
@@ -634,26 +625,23 @@ struct Sender::Impl {
                                                  nullptr, &sink));
       internal::MaybeKillAt("sender.advance");
     }
-    if (copied) REFIT_RETURN_NOT_OK(internal::ReplayInto(*redo, baseline->tensors(), log_bytes));
-    if (pending != nullptr) REFIT_RETURN_NOT_OK(AdvanceFromPending(*pending));
+    if (pending) REFIT_RETURN_NOT_OK(AdvanceFromPending());
     baseline_version = published_version;
     log_bytes = redo->bytes();
     REFIT_RETURN_NOT_OK(SaveState());
     redo->MarkCommitted();
-    ::unlink(PendingLogPath().c_str());
     return MaybeCheckpoint();
   }
 
-  // A delta's pending log, fed by the writer with every record's changes (none for a full sync).
-  Result<std::unique_ptr<internal::RedoLog>> TrackChanges(bool full, uint64_t version,
-                                                          internal::DeltaWriter& writer) {
-    if (full) {
-      ::unlink(PendingLogPath().c_str());
-      return std::unique_ptr<internal::RedoLog>();
-    }
-    REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::RedoLog> pending, StartPendingLog(version));
-    writer.SetChangesSink(PendingChangesSink(pending.get(), kPendingPrefix));
-    return pending;
+  // A delta's changes go to the baseline's redo log as the writer finds them, after whatever an
+  // earlier attempt left past its committed size (dropped). Whether it tracks them (not for a
+  // full sync).
+  Result<bool> TrackChanges(bool full, internal::DeltaWriter& writer) {
+    if (full) return false;
+    if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
+    REFIT_RETURN_NOT_OK(redo->TruncateTo(std::max(log_bytes, internal::RedoLog::HeaderBytes())));
+    writer.SetChangesSink(PendingChangesSink(redo.get(), kPendingPrefix));
+    return true;
   }
 
   // Publish's steps (defined here, in the class, so they stay hidden in librefit.so).
@@ -977,11 +965,10 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
       },
       m.threads);
   // A delta's changes are kept as they are diffed: the baseline advances by them once acked.
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::RedoLog> pending,
-                        m.TrackChanges(full, version, writer));
+  REFIT_ASSIGN_OR_RAISE(const bool tracked, m.TrackChanges(full, writer));
   REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));
   REFIT_RETURN_NOT_OK(writer.Finish());
-  if (pending != nullptr) REFIT_RETURN_NOT_OK(m.FinishPendingLog(*pending));
+  if (tracked) REFIT_RETURN_NOT_OK(m.FinishPendingChanges(version));
   REFIT_RETURN_NOT_OK(putter.Drain());
   stats.send_seconds = putter.wait_seconds();
 
