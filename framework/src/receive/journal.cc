@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <thread>
 
 #include "common/file_util.h"
 #include "faults/faults.h"
@@ -401,55 +403,109 @@ Status RedoLog::Sync() {
 
 void RedoLog::StartWriteback() { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE); }
 
+namespace {
+
+// Writes one entry's values into its tensor (positions decoded into `positions`, reused).
+Status ReplayEntry(const std::string& path, const std::map<std::string, TensorView*>& tensors,
+                   const uint8_t* body, uint64_t len, std::vector<uint64_t>& positions) {
+  EntryView e;
+  if (!ParseEntry(body, len, &e)) return Status::Corrupt(path + ": malformed log entry");
+  if (e.count == 0) return Status::OK();
+  auto it = tensors.find(e.tensor);
+  if (it == tensors.end()) {
+    return Status::Corrupt(path + ": log names tensor '" + e.tensor + "' the model does not have");
+  }
+  TensorView& t = *it->second;
+  if (e.box.offset.size() != t.shape.size() || SizeOf(t.dtype) != e.elem_size) {
+    return Status::Corrupt(path + ": log entry does not fit tensor '" + e.tensor + "'");
+  }
+  uint64_t n = 1;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (e.box.offset[d] > t.shape[d] || e.box.extent[d] > t.shape[d] - e.box.offset[d]) {
+      return Status::Corrupt(path + ": log box falls outside tensor '" + e.tensor + "'");
+    }
+    n *= e.box.extent[d];
+  }
+  if (!e.DecodePositions(n, positions)) {
+    return Status::Corrupt(path + ": log position outside its box in '" + e.tensor + "'");
+  }
+  // A contiguous box (the common case) maps a position by one addition.
+  const bool contiguous = BoxIsContiguous(t.shape, e.box);
+  uint8_t* base = contiguous ? t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size : nullptr;
+  if (contiguous && e.gap_coded()) {
+    PrefaultForWrite(base + positions[0] * e.elem_size,
+                     (positions[e.count - 1] - positions[0] + 1) * e.elem_size, e.count);
+  }
+  for (uint64_t i = 0; i < e.count; ++i) {
+    const uint64_t p = positions[i];
+    uint8_t* at = contiguous ? base + p * e.elem_size
+                             : t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size;
+    std::memcpy(at, e.values + i * e.elem_size, e.elem_size);
+  }
+  return Status::OK();
+}
+
+// Replays a batch of entries (disjoint elements, so in any order) on `threads` threads, this
+// one included; the first failure in log order.
+Status ReplayBatch(const std::string& path, const std::map<std::string, TensorView*>& tensors,
+                   const std::vector<std::vector<uint8_t>>& bodies, unsigned threads,
+                   const std::function<void()>& after_entry) {
+  std::vector<Status> failed(bodies.size());
+  auto stripe = [&](size_t k) {
+    std::vector<uint64_t> positions;
+    for (size_t i = k; i < bodies.size(); i += threads) {
+      failed[i] = ReplayEntry(path, tensors, bodies[i].data(), bodies[i].size(), positions);
+      if (k == 0 && failed[i].ok()) after_entry();  // this thread's: a kill point
+    }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned k = 1; k < threads && k < bodies.size(); ++k) workers.emplace_back(stripe, k);
+  stripe(0);
+  for (std::thread& w : workers) w.join();
+  for (const Status& st : failed) REFIT_RETURN_NOT_OK(st);
+  return Status::OK();
+}
+
+}  // namespace
+
 Status RedoLog::Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from,
-                       uint64_t to) const {
+                       uint64_t to, unsigned disjoint_threads) const {
   if (from < kHeaderBytes) from = kHeaderBytes;
   to = std::min(to, size_);
   if (from >= to) return Status::OK();
-  size_t replayed = 0;
-  std::vector<uint64_t> positions;
-  auto apply = [&](uint64_t, const uint8_t* body, uint64_t len) -> Status {
-    EntryView e;
-    if (!ParseEntry(body, len, &e)) return Status::Corrupt(path_ + ": malformed log entry");
-    if (e.count == 0) return Status::OK();
-    auto it = tensors.find(e.tensor);
-    if (it == tensors.end()) {
-      return Status::Corrupt(path_ + ": log names tensor '" + e.tensor +
-                             "' the model does not have");
-    }
-    TensorView& t = *it->second;
-    if (e.box.offset.size() != t.shape.size() || SizeOf(t.dtype) != e.elem_size) {
-      return Status::Corrupt(path_ + ": log entry does not fit tensor '" + e.tensor + "'");
-    }
-    uint64_t n = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) {
-      if (e.box.offset[d] > t.shape[d] || e.box.extent[d] > t.shape[d] - e.box.offset[d]) {
-        return Status::Corrupt(path_ + ": log box falls outside tensor '" + e.tensor + "'");
-      }
-      n *= e.box.extent[d];
-    }
-    // A contiguous box (the common case) maps a position by one addition.
-    const bool contiguous = BoxIsContiguous(t.shape, e.box);
-    uint8_t* base =
-        contiguous ? t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size : nullptr;
-    if (!e.DecodePositions(n, positions)) {
-      return Status::Corrupt(path_ + ": log position outside its box in '" + e.tensor + "'");
-    }
-    if (contiguous && e.gap_coded() && e.count > 0) {
-      PrefaultForWrite(base + positions[0] * e.elem_size,
-                       (positions[e.count - 1] - positions[0] + 1) * e.elem_size, e.count);
-    }
-    for (uint64_t i = 0; i < e.count; ++i) {
-      const uint64_t p = positions[i];
-      uint8_t* at = contiguous ? base + p * e.elem_size
-                               : t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size;
-      std::memcpy(at, e.values + i * e.elem_size, e.elem_size);
-    }
-    // Killed here, a replay is redone from the start: entries are overwrites.
-    if (++replayed == 1) MaybeKillAt("redo.replay");
-    return Status::OK();
+  // Killed after the first entry, a replay is redone from the start: entries are overwrites.
+  bool first = true;
+  const std::function<void()> killable = [&first] {
+    if (first) MaybeKillAt("redo.replay");
+    first = false;
   };
-  return ForEachEntry(fd_, path_, from, to, apply).status();
+  if (disjoint_threads <= 1) {
+    std::vector<uint64_t> positions;
+    return ForEachEntry(fd_, path_, from, to,
+                        [&](uint64_t, const uint8_t* body, uint64_t len) {
+                          Status st = ReplayEntry(path_, tensors, body, len, positions);
+                          if (st.ok()) killable();
+                          return st;
+                        })
+        .status();
+  }
+  // Entries are read in batches of bounded size, each replayed in parallel.
+  constexpr uint64_t kBatchBytes = 64ull << 20;
+  std::vector<std::vector<uint8_t>> batch;
+  uint64_t held = 0;
+  Status st = ForEachEntry(fd_, path_, from, to,
+                           [&](uint64_t, const uint8_t* body, uint64_t len) -> Status {
+                             batch.emplace_back(body, body + len);
+                             if ((held += len) < kBatchBytes) return Status::OK();
+                             REFIT_RETURN_NOT_OK(
+                                 ReplayBatch(path_, tensors, batch, disjoint_threads, killable));
+                             batch.clear();
+                             held = 0;
+                             return Status::OK();
+                           })
+                  .status();
+  REFIT_RETURN_NOT_OK(st);
+  return ReplayBatch(path_, tensors, batch, disjoint_threads, killable);
 }
 
 Status RedoLog::MarkCurrentBoot() {
@@ -466,10 +522,11 @@ Status RedoLog::MarkCurrentBoot() {
 
 Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }
 
-Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from, uint64_t to) {
+Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from, uint64_t to,
+                  unsigned disjoint_threads) {
   std::map<std::string, TensorView*> by_name;
   for (TensorView& t : tensors) by_name[t.name] = &t;
-  return log.Replay(by_name, from, to);
+  return log.Replay(by_name, from, to, disjoint_threads);
 }
 
 Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durable,

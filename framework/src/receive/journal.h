@@ -79,8 +79,10 @@ class RedoLog {
 
   // Writes the entries at offsets in [from, to) (default: every entry) into `tensors`;
   // idempotent. Entries without changes (markers) name no tensor and are skipped.
+  // `disjoint_threads` > 1: the entries change disjoint elements (one version's records), so
+  // they are replayed on that many threads in any order.
   Status Replay(const std::map<std::string, TensorView*>& tensors, uint64_t from = 0,
-                uint64_t to = UINT64_MAX) const;
+                uint64_t to = UINT64_MAX, unsigned disjoint_threads = 1) const;
   // After a replay of every entry: the header names this boot (entries are replayed again only
   // after another reboot).
   Status MarkCurrentBoot();
@@ -109,7 +111,7 @@ class RedoLog {
 
 // The same with the file's tensors as views (by name).
 Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from = 0,
-                  uint64_t to = UINT64_MAX);
+                  uint64_t to = UINT64_MAX, unsigned disjoint_threads = 1);
 
 // Opens a file's redo log; entries written in another boot (the file's pages since the last
 // checkpoint may never have reached the disk) are first replayed into `tensors`, the file's, up

@@ -498,7 +498,9 @@ struct Sender::Impl {
       REFIT_RETURN_NOT_OK(redo->Flush());
     }
     internal::MaybeKillAt("sender.advance");
-    return internal::ReplayInto(*redo, baseline->tensors(), log_bytes);
+    // One version's records: disjoint, replayed on the sender's threads.
+    return internal::ReplayInto(*redo, baseline->tensors(), log_bytes, UINT64_MAX,
+                                std::max(1u, threads));
   }
 
   // The baseline is not advanced to the published version (a receiver asked for a full sync, or
