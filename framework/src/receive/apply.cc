@@ -11,6 +11,7 @@
 #include "common/worker_pool.h"
 #include "faults/faults.h"
 #include "receive/journal.h"
+#include "refit/kernels/coding.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -258,14 +259,8 @@ void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, ui
   const uint64_t* pos = c.positions.data();
   const uint8_t* values = c.values.data();
   if (BoxIsContiguous(target.shape, box)) {
-    uint8_t* base = target.bytes() + BoxStartElement(target.shape, box) * elem;
-    if (elem == 2) {
-      for (uint64_t k = 0; k < count; ++k) std::memcpy(base + 2 * pos[k], values + 2 * k, 2);
-    } else {
-      for (uint64_t k = 0; k < count; ++k) {
-        std::memcpy(base + pos[k] * elem, values + k * elem, elem);
-      }
-    }
+    kernels::ScatterOverwrite(target.bytes() + BoxStartElement(target.shape, box) * elem, elem, pos,
+                              count, values);
     return;
   }
   for (uint64_t k = 0; k < count; ++k) {

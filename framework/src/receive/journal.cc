@@ -436,11 +436,13 @@ Status ReplayEntry(const std::string& path, const std::map<std::string, TensorVi
     PrefaultForWrite(base + positions[0] * e.elem_size,
                      (positions[e.count - 1] - positions[0] + 1) * e.elem_size, e.count);
   }
+  if (contiguous) {
+    kernels::ScatterOverwrite(base, e.elem_size, positions.data(), e.count, e.values);
+    return Status::OK();
+  }
   for (uint64_t i = 0; i < e.count; ++i) {
-    const uint64_t p = positions[i];
-    uint8_t* at = contiguous ? base + p * e.elem_size
-                             : t.bytes() + BoxElementIndex(t.shape, e.box, p) * e.elem_size;
-    std::memcpy(at, e.values + i * e.elem_size, e.elem_size);
+    std::memcpy(t.bytes() + BoxElementIndex(t.shape, e.box, positions[i]) * e.elem_size,
+                e.values + i * e.elem_size, e.elem_size);
   }
   return Status::OK();
 }
