@@ -1239,7 +1239,7 @@ struct TableStreams {
     // past the end of the words it reads zeros and the position shows the overrun.
     static constexpr uint8_t kZeros[2] = {};
     const uint8_t* src = word_pos + 2 <= words_len ? words + word_pos : kZeros;
-    const uint32_t w = LoadLE<uint16_t>(src);
+    const uint32_t w = tables::LoadLE<uint16_t>(src);
     const uint32_t renormalize = x < tables::kStateLow ? 1 : 0;
     x = (x << (renormalize * 16)) | (w & (0u - renormalize));
     word_pos += renormalize * 2;
@@ -1263,9 +1263,12 @@ struct DecodedChange {
 };
 
 template <typename T>
-bool DecodeClassChanges(TableStreams& st, const uint32_t* table, const uint32_t* big,
+bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint32_t* big,
                         uint64_t count, DecodedChange* out) {
   constexpr int kBits = sizeof(T) * 8;
+  // A local copy keeps the states in registers: the stores to `out` could alias `streams`, so
+  // through the reference every symbol would wait on a store and a reload of its state.
+  TableStreams st = streams;
   bool ok = true;
   for (uint64_t j = 0; j < count; ++j) {
     const uint32_t sym = st.Symbol(table);
@@ -1296,6 +1299,7 @@ bool DecodeClassChanges(TableStreams& st, const uint32_t* table, const uint32_t*
     out[j].run = run;
     out[j].step = magnitude == 0 ? 0 : static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
   }
+  streams = st;
   return ok;
 }
 
