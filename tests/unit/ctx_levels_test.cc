@@ -117,6 +117,41 @@ void ExpectLevelsAgree(Case& c, const std::string& what,
   }
 }
 
+// Decodes `payload` onto c's old bits at every level inside guard bytes: every level must give
+// the scalar level's verdict and bits, and none may write outside the target.
+void ExpectSameDecodeAtEveryLevel(const Case& c, const std::vector<uint8_t>& payload,
+                                  const std::string& what) {
+  constexpr size_t kGuard = 64;
+  constexpr uint8_t kGuardByte = 0xA5;
+  std::vector<uint8_t> reference_bits;
+  Status reference;
+  for (SimdLevel level : kLevels) {
+    std::vector<uint8_t> buf(c.old_bits.size() + 2 * kGuard, kGuardByte);
+    std::memcpy(buf.data() + kGuard, c.old_bits.data(), c.old_bits.size());
+    refit_decode_target_t t{};
+    t.struct_size = sizeof(t);
+    t.dtype = c.dtype;
+    t.elem_size = c.elem_size;
+    t.n_elems = c.n();
+    t.bits = buf.data() + kGuard;
+    Status st = ctx::DecodeAt(level, payload.data(), payload.size(), t);
+    for (size_t g = 0; g < kGuard; ++g) {
+      ASSERT_EQ(buf[g], kGuardByte) << what << ": " << Name(level) << " wrote before the target";
+      ASSERT_EQ(buf[kGuard + c.old_bits.size() + g], kGuardByte)
+          << what << ": " << Name(level) << " wrote after the target";
+    }
+    std::vector<uint8_t> bits(buf.begin() + kGuard, buf.end() - kGuard);
+    if (level == SimdLevel::kScalar) {
+      reference = st;
+      reference_bits = bits;
+    } else {
+      ASSERT_EQ(st.ToString(), reference.ToString()) << what << " at " << Name(level);
+      ASSERT_TRUE(bits == reference_bits)
+          << what << ": " << Name(level) << " decoded other bits than scalar";
+    }
+  }
+}
+
 // Both coded forms (the adaptive range coder, and the table form that large records get) on
 // every dtype.
 TEST(CtxLevels, PayloadsAndBitsAgreeOnEveryDtype) {
@@ -241,6 +276,45 @@ TEST(CtxLevels, ForgedPayloadsDecodeIdenticallyAtEveryLevel) {
           }
         }
       }
+    }
+  }
+}
+
+// The table form's walk over several chunks (16384 elements each), where dense slots switch to
+// member lists (AVX-512 VBMI2) after a chunk with many changes: forged first runs and change
+// counts (the bytes right after the slot list) move every slot's positions; every level must
+// give the same verdict and bits, and write nothing outside the target.
+TEST(CtxLevels, ForgedRunsOverManyChunksDecodeIdenticallyAtEveryLevel) {
+  std::mt19937_64 rng(7);
+  for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F32}) {
+    Case c = MakeCase(dtype, 5 * 16384 + 77, 0.25, 2000 + static_cast<uint64_t>(dtype), false);
+    const refit_encode_input_t in = c.Input();
+    std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));
+    Result<uint64_t> size = ctx::EncodeAt(SimdLevel::kScalar, in, valid.data(), valid.size(),
+                                          ctx::CodedForm::kTablesPerClass);
+    ASSERT_TRUE(size.ok());
+    valid.resize(*size);
+    ASSERT_EQ(valid[5], 2) << "expected the table form";
+    // Body: after version, checksum, mode, dtype, class range and the two varints.
+    uint64_t at = 9;
+    for (int v = 0; v < 2; ++v) {
+      while (valid[at] & 0x80) ++at;
+      ++at;
+    }
+    const uint64_t slots = uint64_t{valid[at]} + 1;
+    const uint64_t runs = at + 1 + 2 * slots;  // first runs, then change counts
+    for (int trial = 0; trial < 60; ++trial) {
+      std::vector<uint8_t> forged = valid;
+      const int edits = 1 + static_cast<int>(rng() % 3);
+      for (int e = 0; e < edits; ++e) {
+        const uint64_t i = runs + rng() % (3 * slots);
+        forged[i] = trial % 2 == 0 ? static_cast<uint8_t>(rng()) : forged[i] ^ 1;
+      }
+      const uint64_t digest = kernels::Digest64(forged.data() + 5, forged.size() - 5);
+      sdk::StoreLE<uint32_t>(forged.data() + 1, static_cast<uint32_t>(digest));
+      ExpectSameDecodeAtEveryLevel(
+          c, forged, "dtype " + std::to_string(dtype) + " trial " + std::to_string(trial));
+      if (HasFatalFailure()) return;
     }
   }
 }

@@ -1239,7 +1239,7 @@ struct TableStreams {
     // past the end of the words it reads zeros and the position shows the overrun.
     static constexpr uint8_t kZeros[2] = {};
     const uint8_t* src = word_pos + 2 <= words_len ? words + word_pos : kZeros;
-    const uint32_t w = LoadLE<uint16_t>(src);
+    const uint32_t w = tables::LoadLE<uint16_t>(src);
     const uint32_t renormalize = x < tables::kStateLow ? 1 : 0;
     x = (x << (renormalize * 16)) | (w & (0u - renormalize));
     word_pos += renormalize * 2;
@@ -1263,9 +1263,12 @@ struct DecodedChange {
 };
 
 template <typename T>
-bool DecodeClassChanges(TableStreams& st, const uint32_t* table, const uint32_t* big,
+bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint32_t* big,
                         uint64_t count, DecodedChange* out) {
   constexpr int kBits = sizeof(T) * 8;
+  // A local copy keeps the states in registers: the stores to `out` could alias `streams`, so
+  // through the reference every symbol would wait on a store and a reload of its state.
+  TableStreams st = streams;
   bool ok = true;
   for (uint64_t j = 0; j < count; ++j) {
     const uint32_t sym = st.Symbol(table);
@@ -1296,6 +1299,7 @@ bool DecodeClassChanges(TableStreams& st, const uint32_t* table, const uint32_t*
     out[j].run = run;
     out[j].step = magnitude == 0 ? 0 : static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
   }
+  streams = st;
   return ok;
 }
 
@@ -1528,6 +1532,7 @@ constexpr uint64_t kChunkBlocks = 256;
 
 // The scalar level's block primitives (plain C++, any CPU).
 struct ScalarOps {
+  static constexpr bool kMemberLists = false;
   struct Classes {
     uint8_t bytes[kBlockElems];
   };
@@ -1549,6 +1554,9 @@ struct ScalarOps {
   }
 };
 
+// How far ahead of a slot's next change the walks prefetch its decoded changes.
+constexpr uint64_t kChangesAhead = 32;
+
 // One slot's changes within one block (m: its members, pop of them, from element `base`):
 // records each change whose countdown runs out here and counts the block off. False once the
 // slot has no change left.
@@ -1557,6 +1565,7 @@ CTX_INLINE bool BlockChanges(uint64_t m, uint32_t pop, uint64_t base, const Deco
                              uint64_t last, uint64_t n, uint64_t* j, uint64_t* left,
                              uint64_t* positions, uint64_t* steps, uint64_t* pending) {
   while (__builtin_expect(*left < pop, 0)) {
+    __builtin_prefetch(changes + *j + kChangesAhead);  // (see SlotMembers)
     positions[*pending] = base + Ops::Select(m, *left);
     steps[(*pending)++] = changes[*j].step;
     const uint64_t run = changes[*j].run;
@@ -1567,13 +1576,72 @@ CTX_INLINE bool BlockChanges(uint64_t m, uint32_t pop, uint64_t base, const Deco
   return true;
 }
 
+// One slot's pass over one chunk (class bytes v and existence masks valid of its blocks), counting
+// its members down block by block; *j / *left / *pending as in BlockChanges.
+template <typename Ops>
+CTX_INLINE void SlotCountdown(const typename Ops::Classes* v, const uint64_t* valid,
+                              uint64_t blocks, uint64_t chunk, SlotRange range,
+                              const DecodedChange* changes, uint64_t last, uint64_t n, uint64_t* j,
+                              uint64_t* left, uint64_t* positions, uint64_t* steps,
+                              uint64_t* pending) {
+#pragma GCC unroll 4
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t m = Ops::Mask(v[b], range) & valid[b];
+    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, j, left,
+                           positions, steps, pending)) {
+      return;
+    }
+  }
+}
+
+// The same pass with the slot's members of the chunk listed first (Ops::Members): a change is
+// then one load from the list, where the countdown costs a select and a mispredicted loop exit
+// per block that has changes. Same positions, same stopping rule.
+template <typename Ops>
+CTX_INLINE void SlotMembers(const typename Ops::Classes* v, const uint64_t* valid, uint64_t blocks,
+                            uint64_t chunk, SlotRange range, const DecodedChange* changes,
+                            uint64_t last, uint64_t n, uint64_t* j, uint64_t* left,
+                            uint64_t* positions, uint64_t* steps, uint64_t* pending,
+                            uint16_t* list) {
+  uint32_t count = 0;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    Ops::Members(Ops::Mask(v[b], range) & valid[b], static_cast<uint32_t>(b * kBlockElems), list,
+                 &count);
+  }
+  uint64_t at = *left;
+  uint64_t next = *j;
+  uint64_t p = *pending;
+  bool more = true;
+  while (at < count) {
+    // The decoded changes were written up front, megabytes ago: out of cache, and one stream of
+    // a dozen (one per slot), which the hardware prefetcher does not follow.
+    __builtin_prefetch(changes + next + kChangesAhead);
+    positions[p] = chunk + list[at];
+    steps[p++] = changes[next].step;
+    const uint64_t run = changes[next].run;
+    if (++next == last) {
+      more = false;
+      break;
+    }
+    at += 1 + std::min(run, n);  // (a run of n or more never comes back within the record)
+  }
+  *left = more ? at - count : at;
+  *j = next;
+  *pending = p;
+}
+
+// Changes a slot had in the previous chunk from which its next chunk lists its members (with
+// Ops::kMemberLists): below, the countdown's per-block cost is the smaller one.
+constexpr uint64_t kMemberListMinChanges = kChunkBlocks / 4;
+
 template <typename T, typename ClassFn, typename Ops>
 CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
                            const DecodedChange* changes, uint64_t* cursor, const uint64_t* end,
                            const uint64_t* first_runs, uint64_t* positions, uint64_t* steps,
-                           uint8_t* bits) {
+                           uint16_t* members, uint8_t* bits) {
   const uint64_t n = h.n;
-  uint64_t need[kNumClasses];  // slot members to pass before the slot's next change
+  uint64_t need[kNumClasses];         // slot members to pass before the slot's next change
+  uint64_t recent[kNumClasses] = {};  // changes of each slot in the previous chunk
   for (uint32_t slot = 0; slot < slots.count; ++slot) need[slot] = first_runs[slot];
   alignas(64) typename Ops::Classes v[kChunkBlocks];
   uint64_t valid[kChunkBlocks];
@@ -1587,20 +1655,23 @@ CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, 
     uint64_t pending = 0;
     for (uint32_t slot = 0; slot < slots.count; ++slot) {
       uint64_t j = cursor[slot];
-      const uint64_t last = end[slot];
-      if (j == last) continue;  // no changes left in this slot
-      uint64_t left = need[slot];
-      const SlotRange range = slots.range[slot];
-#pragma GCC unroll 4
-      for (uint64_t b = 0; b < blocks; ++b) {
-        const uint64_t m = Ops::Mask(v[b], range) & valid[b];
-        if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, &j, &left,
-                               positions, steps, &pending)) {
-          break;
+      if (j == end[slot]) continue;  // no changes left in this slot
+      const uint64_t before = pending;
+      if constexpr (Ops::kMemberLists) {
+        if (recent[slot] >= kMemberListMinChanges) {
+          SlotMembers<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
+                           &need[slot], positions, steps, &pending, members);
+        } else {
+          SlotCountdown<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
+                             &need[slot], positions, steps, &pending);
         }
+      } else {
+        (void)members;
+        SlotCountdown<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
+                           &need[slot], positions, steps, &pending);
       }
+      recent[slot] = pending - before;
       cursor[slot] = j;
-      need[slot] = left;
     }
     for (uint64_t e = 0; e < pending; ++e) {
       const uint64_t i = positions[e];
@@ -1618,7 +1689,7 @@ CTX_TARGET_AVX2 __attribute__((flatten)) void WalkChunksAvx2(
     const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
     uint64_t* positions, uint64_t* steps, uint8_t* bits) {
   WalkChunks<T, ClassFn, Avx2Ops>(h, spec, cls, slots, changes, cursor, end, first_runs, positions,
-                                  steps, bits);
+                                  steps, nullptr, bits);
 }
 template <typename T, typename ClassFn>
 CTX_TARGET_AVX512 __attribute__((flatten)) void WalkChunksAvx512(
@@ -1626,7 +1697,15 @@ CTX_TARGET_AVX512 __attribute__((flatten)) void WalkChunksAvx512(
     const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
     uint64_t* positions, uint64_t* steps, uint8_t* bits) {
   WalkChunks<T, ClassFn, Avx512Ops>(h, spec, cls, slots, changes, cursor, end, first_runs,
-                                    positions, steps, bits);
+                                    positions, steps, nullptr, bits);
+}
+template <typename T, typename ClassFn>
+CTX_TARGET_VBMI2 __attribute__((flatten)) void WalkChunksVbmi2(
+    const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
+    const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
+    uint64_t* positions, uint64_t* steps, uint16_t* members, uint8_t* bits) {
+  WalkChunks<T, ClassFn, Vbmi2Ops>(h, spec, cls, slots, changes, cursor, end, first_runs, positions,
+                                   steps, members, bits);
 }
 #endif
 
@@ -1673,6 +1752,7 @@ struct TableDecodeScratch {
   std::vector<DecodedChange> changes;
   std::vector<uint64_t> positions;  // a chunk's changes (element, ordered step)
   std::vector<uint64_t> steps;
+  std::vector<uint16_t> members;  // a slot's members of a chunk (the VBMI2 walk)
   void Trim() {
     constexpr uint64_t kRetainedTables = 65;
     constexpr uint64_t kRetainedChanges = uint64_t{1} << 20;
@@ -1786,11 +1866,16 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
     scratch.steps.resize(kChunkBlocks * kBlockElems);
     uint64_t* steps = scratch.steps.data();
 #if defined(__x86_64__)
+    static const bool kVbmi2 = __builtin_cpu_supports("avx512vbmi2");
     // (A single-class dtype gets here only from a forged slot list that misses its class.)
     if constexpr (ClassFn::kSingle) {
       (void)path;
       WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                        positions, steps, bits);
+                                        positions, steps, nullptr, bits);
+    } else if (path == Path::kAvx512 && kVbmi2) {
+      scratch.members.resize(kChunkBlocks * kBlockElems + kBlockElems);
+      WalkChunksVbmi2<T>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs, positions,
+                         steps, scratch.members.data(), bits);
     } else if (path == Path::kAvx512) {
       WalkChunksAvx512<T>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs, positions,
                           steps, bits);
@@ -1799,12 +1884,12 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
                         steps, bits);
     } else {
       WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                        positions, steps, bits);
+                                        positions, steps, nullptr, bits);
     }
 #else
     (void)path;
     WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                      positions, steps, bits);
+                                      positions, steps, nullptr, bits);
 #endif
   }
   scratch.Trim();
