@@ -15,6 +15,7 @@ struct UcxTransport::Pending {
   bool done = false;
   Status status;
   uint64_t value = 0;
+  uint64_t pushed = 0;
   std::vector<uint8_t> data;
 };
 
@@ -152,6 +153,11 @@ UcxTransport::~UcxTransport() {
   }
   cv_.notify_all();
   if (connector_.joinable()) connector_.join();
+  if (!sender()) {
+    sdk::Log(REFIT_LOG_DEBUG, kLog,
+             "receiver " + peer_id_ + ": " + std::to_string(remote_gets_.load()) +
+                 " reads were served by the sender (not pushed, evicted or read before)");
+  }
   if (worker_ != nullptr && sender() && !worker_->Flush(options_.send_timeout)) {
     sdk::Log(REFIT_LOG_WARN, kLog, "sender exits with pushes not completed");
   }
@@ -203,7 +209,11 @@ Status UcxTransport::PushTo(const std::vector<ConnId>& conns, const MsgHeader& h
     if (!st.ok()) {
       PushDone{group}(st);
       worker_->Close(conn, st.message());
+      continue;
     }
+    std::lock_guard<std::mutex> lk(mu_);
+    auto peer = peers_.find(conn);
+    if (peer != peers_.end()) ++peer->second.pushed;
   }
   PushDone{group}(Status::OK());
   return Status::OK();
@@ -222,6 +232,11 @@ void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t va
   h.a = static_cast<uint64_t>(st.code());
   h.b = value;
   h.key = StatusText(st);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto peer = peers_.find(conn);
+    if (peer != peers_.end()) h.c = peer->second.pushed;
+  }
   Status sent = worker_->Send(conn, h, std::move(data), nullptr);
   if (!sent.ok()) worker_->Close(conn, sent.message());
 }
@@ -236,7 +251,7 @@ void UcxTransport::OnHello(const Event& e) {
     for (const auto& [conn, peer] : peers_) {
       if (peer.id == id && conn != e.conn) stale.push_back(conn);
     }
-    peers_[e.conn] = Peer{id, true};
+    peers_[e.conn] = Peer{id, true, 0};
   }
   for (ConnId conn : stale) worker_->Close(conn, "receiver " + id + " reconnected");
   sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + worker_->PeerName(e.conn));
@@ -412,6 +427,8 @@ Status UcxTransport::ConnectOnce() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     address_ = target;
+    push_conn_ = conn;
+    delivered_ = 0;
   }
   std::string inventory = Inventory();
   auto data = std::make_shared<std::vector<uint8_t>>(inventory.begin(), inventory.end());
@@ -511,6 +528,7 @@ void UcxTransport::OnReply(Event e) {
     p.done = true;
     p.status = FromReply(e.header.a, e.header.key);
     p.value = e.header.b;
+    p.pushed = e.header.c;
     p.data = std::move(e.data);
   }
   cv_.notify_all();
@@ -529,9 +547,26 @@ void UcxTransport::OnPush(Event e) {
       if (it->second.data) inbox_held_ -= it->second.size;
       inbox_.erase(it);
     }
-    return;
+  } else {
+    StoreInInbox(key, std::make_shared<const std::vector<uint8_t>>(std::move(e.data)));
   }
-  StoreInInbox(key, std::make_shared<const std::vector<uint8_t>>(std::move(e.data)));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (push_conn_ == e.conn) ++delivered_;
+  }
+  cv_.notify_all();
+}
+
+// Until every push the sender had posted to us when it answered has arrived (or the connection
+// is gone, or request_timeout_ms passed): a payload pushed by rendezvous may still be on its way
+// when the small commit marker pushed after it is already here.
+void UcxTransport::WaitForPushes(uint64_t pushed) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const std::optional<ConnId> conn = push_conn_;
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  while (!stop_ && conn_ == conn && push_conn_ == conn && delivered_ < pushed) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) return;
+  }
 }
 
 // Replaces key's object whole (readers holding the old one keep it); evicts the oldest objects
@@ -553,8 +588,9 @@ void UcxTransport::StoreInInbox(const std::string& key, Bytes data) {
       }
     }
     if (oldest == inbox_.end()) break;
+    // The size stays: the sender replays only what a receiver does not list as held.
     inbox_held_ -= oldest->second.size;
-    inbox_.erase(oldest);
+    oldest->second.data.reset();
   }
 }
 
@@ -631,8 +667,13 @@ Status UcxTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, 
   if (sender()) return spool_->Get(key, offset, buf, len);
   Status st;
   if (GetFromInbox(key, offset, buf, len, &st)) return st;
+  // Not here: perhaps still on its way. The answer to a size says how many pushes to wait for.
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
-                        Request(std::nullopt, MsgType::kGet, key, offset, len, nullptr));
+                        Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
+  WaitForPushes(p->pushed);
+  if (GetFromInbox(key, offset, buf, len, &st)) return st;
+  ++remote_gets_;
+  REFIT_ASSIGN_OR_RAISE(p, Request(std::nullopt, MsgType::kGet, key, offset, len, nullptr));
   REFIT_RETURN_NOT_OK(p->status);
   if (p->data.size() != len) {
     return Status::Corrupt("ucx transport: get '" + key + "': the sender sent " +

@@ -80,6 +80,7 @@ class UcxTransport : public EventHandler {
   struct Peer {
     std::string id;
     bool ready = false;
+    uint64_t pushed = 0;  // pushes posted to it (replies carry it: the receiver's read barrier)
   };
   UcxTransport(UcxOptions options, refit_transport_role_t role, std::string peer_id)
       : options_(std::move(options)), role_(role), peer_id_(std::move(peer_id)) {}
@@ -108,6 +109,7 @@ class UcxTransport : public EventHandler {
   void OnPush(Event e);
   void OnReply(Event e);
   void StoreInInbox(const std::string& key, Bytes data);
+  void WaitForPushes(uint64_t pushed);
   bool GetFromInbox(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len,
                     Status* st);
 
@@ -129,6 +131,9 @@ class UcxTransport : public EventHandler {
   uint64_t inbox_seq_ = 0;
   std::map<std::string, std::optional<Bytes>> outbox_;  // nullopt: a remove
   std::optional<ConnId> conn_;                          // the live connection to the sender
+  std::optional<ConnId> push_conn_;  // the connection whose pushes delivered_ counts
+  uint64_t delivered_ = 0;
+  std::atomic<uint64_t> remote_gets_{0};  // reads the inbox could not serve (a debug line at exit)
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   uint64_t next_request_ = 1;
   std::thread connector_;

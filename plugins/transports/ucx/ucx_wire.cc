@@ -25,6 +25,7 @@ std::string EncodeHeader(const MsgHeader& h) {
   PutU64(out, h.id);
   PutU64(out, h.a);
   PutU64(out, h.b);
+  PutU64(out, h.c);
   out.push_back(static_cast<char>(key_len & 0xFF));
   out.push_back(static_cast<char>(key_len >> 8));
   out.append(h.key, 0, key_len);
@@ -46,7 +47,8 @@ Result<MsgHeader> DecodeHeader(const void* data, size_t len) {
   h.id = GetU64(p + 1);
   h.a = GetU64(p + 9);
   h.b = GetU64(p + 17);
-  const size_t key_len = p[25] | (static_cast<size_t>(p[26]) << 8);
+  h.c = GetU64(p + 25);
+  const size_t key_len = p[33] | (static_cast<size_t>(p[34]) << 8);
   if (key_len > kMaxHeaderKey || kFixedHeaderBytes + key_len != len) {
     return Status::Invalid("ucx transport: message header key length " + std::to_string(key_len) +
                            " disagrees with its " + std::to_string(len) + " bytes");

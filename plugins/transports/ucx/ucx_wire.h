@@ -21,7 +21,8 @@ enum class MsgType : uint8_t {
   kSize,       // receiver -> sender (request): size of key
   kGet,        // receiver -> sender (request): a = offset, b = length of key
   kList,       // receiver -> sender (request): keys under prefix `key`
-  kReply,      // answer to a request (id) or to kHello: a = StatusCode, b = value, key = message
+  kReply,      // answer to a request (id) or to kHello: a = StatusCode, b = value, key = message,
+               // c = pushes posted to this connection before it
 };
 
 struct MsgHeader {
@@ -29,11 +30,12 @@ struct MsgHeader {
   uint64_t id = 0;  // request id (requests and replies), 0 otherwise
   uint64_t a = 0;
   uint64_t b = 0;
+  uint64_t c = 0;  // replies: the pushes the sender had posted to this connection
   std::string key;
 };
 
-// Fixed part: type (1) + id, a, b (8 each, little endian) + key length (2); then the key.
-constexpr size_t kFixedHeaderBytes = 27;
+// Fixed part: type (1) + id, a, b, c (8 each, little endian) + key length (2); then the key.
+constexpr size_t kFixedHeaderBytes = 35;
 // Keys are at most 512 characters; error messages in replies are cut to this.
 constexpr size_t kMaxHeaderKey = 4096;
 
