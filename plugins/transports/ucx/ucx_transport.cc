@@ -161,6 +161,7 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr && sender() && !worker_->Flush(options_.send_timeout)) {
     sdk::Log(REFIT_LOG_WARN, kLog, "sender exits with pushes not completed");
   }
+  if (worker_ != nullptr) worker_->Stop();  // no handler call after this; then no worker
   worker_.reset();
   if (sender() && !options_.rendezvous_file.empty()) {
     // Only ours: a newer sender may have taken the file over.

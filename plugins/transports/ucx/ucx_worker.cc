@@ -140,6 +140,16 @@ Status Worker::Init(const WorkerOptions& options) {
 }
 
 Worker::~Worker() {
+  Stop();
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  if (worker_ != nullptr) {
+    CloseAll();
+    ucp_worker_destroy(worker_);
+  }
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+void Worker::Stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -152,12 +162,6 @@ Worker::~Worker() {
   events_cv_.notify_all();
   if (progress_.joinable()) progress_.join();
   if (dispatch_.joinable()) dispatch_.join();
-  if (listener_ != nullptr) ucp_listener_destroy(listener_);
-  if (worker_ != nullptr) {
-    CloseAll();
-    ucp_worker_destroy(worker_);
-  }
-  if (context_ != nullptr) ucp_cleanup(context_);
 }
 
 // Graceful closes (what was sent is flushed), each bounded: a peer that is gone cannot hold up
