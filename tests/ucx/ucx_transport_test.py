@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -243,6 +244,44 @@ class LinkAndFaults(UcxCase):
         with open(log) as f:
             kinds = {line.split()[0] for line in f if line.strip()}
         self.assertTrue({"corrupt_get", "corrupt_put"} <= kinds, f"faults injected: {kinds}")
+
+
+class HungReceiver(UcxCase):
+    def test_a_stopped_receiver_is_dropped_and_never_stalls_the_sender(self):
+        # r2 is SIGSTOPped as soon as it connected to the second sender, whose version is a new
+        # random model (a 2 MiB payload, sent by rendezvous, which needs r2 to take part): the
+        # sender drops r2 after send_timeout_ms, the others finish; r2 resumed catches up.
+        receivers, hung = 3, "r2"
+        extra = 'send_timeout_ms = 1000\nmax_inflight_bytes = "64KiB"\n'
+        vs = [make_model([1 << 20, 4096, 77], seed=5), make_model([1 << 20, 4096, 77], seed=6)]
+        rids = [f"r{i}" for i in range(receivers)]
+        started = {rid: self.start_receiver(receivers, rid, 2, extra=extra) for rid in rids}
+        self.send(receivers, vs[0], 1, extra=extra)
+        sender = self.start("send", "--config", self.config(receivers, "r0", extra), "--weights",
+                            self.weights(vs[1], 2), "--wait")
+        proc, base = started[hung]
+        deadline = time.monotonic() + BOUND_S
+        while self.err(base).count("connected to the sender") < 2:
+            self.assertLess(time.monotonic(), deadline, f"{hung} never reconnected")
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for rid in rids:
+                if rid != hung:
+                    self.wait_committed(rid, 2)
+                    self.assert_model_is(rid, vs[1], f"after version 2 ({hung} stopped)")
+            while "dropped" not in self.err(sender[1]):
+                self.assertLess(time.monotonic(), deadline, f"{hung} was never dropped")
+                time.sleep(0.05)
+            self.assertIn(f"receiver {hung} dropped: no send completed", self.err(sender[1]))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        code, err = self.finish(sender)
+        self.assertEqual(code, 0, f"send of version 2: {err}")
+        for rid in rids:
+            self.assert_model_is(rid, vs[1], "after version 2")
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
 
 
 class KilledReceiver(UcxCase):

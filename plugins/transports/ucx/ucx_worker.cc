@@ -452,7 +452,7 @@ void Worker::CheckTimeouts() {
   for (auto& [id, conn] : conns_) {
     if (conn->dead || conn->pending == 0 || now - conn->last_progress < send_timeout_) continue;
     MarkDown(id, "no send completed for " + std::to_string(send_timeout_.count() / 1000) +
-                     " s (send_timeout_s)");
+                     " s (send_timeout_ms)");
   }
 }
 
