@@ -37,7 +37,7 @@ TEST(UcxWire, MalformedHeadersAreErrors) {
   EXPECT_FALSE(DecodeHeader(wire.data(), wire.size() - 1).ok());  // key shorter than it says
   std::string longer = wire + "x";
   EXPECT_FALSE(DecodeHeader(longer.data(), longer.size()).ok());
-  for (uint8_t type : {uint8_t{0}, uint8_t{10}, uint8_t{255}}) {
+  for (uint8_t type : {uint8_t{0}, uint8_t{11}, uint8_t{255}}) {
     std::string bad = wire;
     bad[0] = static_cast<char>(type);
     Result<MsgHeader> r = DecodeHeader(bad.data(), bad.size());

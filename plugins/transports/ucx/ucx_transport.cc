@@ -153,6 +153,7 @@ UcxTransport::~UcxTransport() {
   }
   cv_.notify_all();
   if (connector_.joinable()) connector_.join();
+  if (!sender()) SayBye();
   if (!sender()) {
     sdk::Log(REFIT_LOG_DEBUG, kLog,
              "receiver " + peer_id_ + ": " + std::to_string(remote_gets_.load()) +
@@ -323,6 +324,18 @@ void UcxTransport::OnRequest(const Event& e) {
   Reply(e.conn, h.id, st, value, std::move(data));
 }
 
+void UcxTransport::OnBye(const Event& e) {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = peers_.find(e.conn);
+    if (it == peers_.end()) return;
+    id = it->second.id;
+    peers_.erase(it);
+  }
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " left");
+}
+
 void UcxTransport::OnPeerDown(const Event& e) {
   std::string id;
   bool was_sender = false;
@@ -357,6 +370,7 @@ void UcxTransport::OnEvent(Event event) {
   const MsgType type = event.header.type;
   if (sender()) {
     if (type == MsgType::kHello) return OnHello(event);
+    if (type == MsgType::kBye) return OnBye(event);
     if (type == MsgType::kUpload || type == MsgType::kRemove || type == MsgType::kSize ||
         type == MsgType::kGet || type == MsgType::kList) {
       return OnRequest(event);
@@ -447,6 +461,20 @@ Status UcxTransport::ConnectOnce() {
   cv_.notify_all();
   sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + peer_id_ + " connected to the sender " + target);
   return Status::OK();
+}
+
+// Tells the sender this receiver leaves on purpose (so it logs no failure), best effort.
+void UcxTransport::SayBye() {
+  std::optional<ConnId> conn;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conn = conn_;
+  }
+  if (!conn || worker_ == nullptr) return;
+  MsgHeader h;
+  h.type = MsgType::kBye;
+  if (worker_->Send(*conn, h, nullptr, nullptr).ok())
+    worker_->Flush(std::chrono::milliseconds(500));
 }
 
 std::string UcxTransport::Inventory() {

@@ -96,12 +96,14 @@ class UcxTransport : public EventHandler {
   void OnRequest(const Event& e);
   void Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data);
   void OnPeerDown(const Event& e);
+  void OnBye(const Event& e);
   Result<Bytes> ReadSpool(const std::string& key, uint64_t offset, uint64_t len);
 
   // Receiver.
   void ConnectLoop();
   Status ConnectOnce();
   std::string Inventory();
+  void SayBye();
   Status FlushOutbox(ConnId conn);
   Result<std::shared_ptr<Pending>> Request(std::optional<ConnId> conn, MsgType type,
                                            const std::string& key, uint64_t a, uint64_t b,

@@ -39,8 +39,7 @@ Result<MsgHeader> DecodeHeader(const void* data, size_t len) {
   }
   const auto* p = static_cast<const uint8_t*>(data);
   MsgHeader h;
-  if (p[0] < static_cast<uint8_t>(MsgType::kHello) ||
-      p[0] > static_cast<uint8_t>(MsgType::kReply)) {
+  if (p[0] < static_cast<uint8_t>(MsgType::kHello) || p[0] > static_cast<uint8_t>(MsgType::kBye)) {
     return Status::Invalid("ucx transport: unknown message type " + std::to_string(p[0]));
   }
   h.type = static_cast<MsgType>(p[0]);

@@ -23,6 +23,7 @@ enum class MsgType : uint8_t {
   kList,       // receiver -> sender (request): keys under prefix `key`
   kReply,      // answer to a request (id) or to kHello: a = StatusCode, b = value, key = message,
                // c = pushes posted to this connection before it
+  kBye,        // receiver -> sender: it is leaving (its connection closing is no failure)
 };
 
 struct MsgHeader {

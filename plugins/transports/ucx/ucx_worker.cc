@@ -27,6 +27,20 @@ sockaddr_in ToSockaddr(const HostPort& addr) {
   return sin;
 }
 
+// "ip:port" of a connecting client, for log lines.
+std::string ClientAddress(ucp_conn_request_h request) {
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(request, &attr) != UCS_OK ||
+      attr.client_address.ss_family != AF_INET) {
+    return "a client";
+  }
+  const auto* sin = reinterpret_cast<const sockaddr_in*>(&attr.client_address);
+  char buf[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(sin->sin_port));
+}
+
 void FreeRequest(ucs_status_ptr_t req) {
   if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
 }
@@ -427,7 +441,7 @@ void Worker::AfterProgress() {
     params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
     params.conn_request = request;
     ConnId id = 0;
-    Status st = CreateEp(&params, "an incoming connection", &id);
+    Status st = CreateEp(&params, ClientAddress(request), &id);
     if (!st.ok()) sdk::Log(REFIT_LOG_WARN, "ucx", st.message());
   }
   std::vector<std::pair<RecvCtx*, void*>> rndv;
