@@ -147,7 +147,8 @@ class UcxCase(unittest.TestCase):
 
     def send(self, receivers, tensors, version, extra=""):
         code, err = self.finish(self.start("send", "--config", self.config(receivers, "r0", extra),
-                                           "--weights", self.weights(tensors, version), "--wait"))
+                                           "--weights", self.weights(tensors, version), "--wait",
+                                           env_extra={"REFIT_LOG": "debug"}))
         self.assertEqual(code, 0, f"send of version {version}: {err}")
         return err
 
@@ -178,7 +179,13 @@ class Sync(UcxCase):
         rids = [f"r{i}" for i in range(receivers)]
         started = {rid: self.start_receiver(receivers, rid, n_versions) for rid in rids}
         for v, tensors in enumerate(vs, start=1):
-            self.send(receivers, tensors, v)  # --wait: every receiver acknowledged v
+            err = self.send(receivers, tensors, v)  # --wait: every receiver acknowledged v
+            # The transports each connection really uses (a debug line of the sender's).
+            lanes = [ln for ln in err.splitlines() if " lanes: " in ln]
+            self.assertTrue(lanes, err)
+            for tl in TLS.split(","):
+                if tl in ("posix", "sysv", "tcp"):
+                    self.assertTrue(all(f"{tl}/" in ln for ln in lanes), f"no {tl} lane: {lanes}")
             for rid in rids:
                 self.assert_model_is(rid, tensors, f"after version {v}")
         for rid, proc in started.items():

@@ -13,7 +13,7 @@ const refit_config_key_t kUcxKeys[] = {
      "File the sender writes its bound \"host:port\" to (atomically); receivers without `connect` "
      "read it on every (re)connect"},
     {"tls", REFIT_CFG_STRING, "\"tcp\"",
-     "UCX transports of this instance, as UCX_TLS (\"tcp\", \"posix,tcp\", \"cma,tcp\", "
+     "UCX transports of this instance, as UCX_TLS (\"tcp\", \"posix,tcp\", \"sysv,tcp\", "
      "\"rc,dc\" where RDMA exists); \"\" keeps UCX's own choice"},
     {"spool_dir", REFIT_CFG_STRING, "\"\"",
      "Sender: directory holding every object (replayed to receivers that connect late); unset: "

@@ -257,6 +257,7 @@ void UcxTransport::OnHello(const Event& e) {
   }
   for (ConnId conn : stale) worker_->Close(conn, "receiver " + id + " reconnected");
   sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + worker_->PeerName(e.conn));
+  sdk::Log(REFIT_LOG_DEBUG, kLog, "receiver " + id + " lanes: " + worker_->Lanes(e.conn));
   Replay(e.conn, std::string(e.data.begin(), e.data.end()));
   Reply(e.conn, e.header.id, Status::OK(), 0, nullptr);
 }
@@ -471,6 +472,7 @@ void UcxTransport::SayBye() {
     conn = conn_;
   }
   if (!conn || worker_ == nullptr) return;
+  sdk::Log(REFIT_LOG_DEBUG, kLog, "lanes to the sender: " + worker_->Lanes(*conn));
   MsgHeader h;
   h.type = MsgType::kBye;
   if (worker_->Send(*conn, h, nullptr, nullptr).ok())

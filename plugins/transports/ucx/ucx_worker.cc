@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "refit/sdk/plugin.hpp"
@@ -120,6 +122,10 @@ Status Worker::Init(const WorkerOptions& options) {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError("ucp_config_read", st);
   if (!options.tls.empty()) st = ucp_config_modify(config, "TLS", options.tls.c_str());
+  // UCX leaves shared memory out of endpoints that ask for peer-failure handling (ours do)
+  // unless told it may use it there; without this "posix,tcp" would run over tcp only. Best
+  // effort: a UCX without the setting keeps its default.
+  if (st == UCS_OK) (void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
   if (st != UCS_OK) {
     ucp_config_release(config);
     return Status::Invalid("ucx transport: tls = \"" + options.tls +
@@ -272,6 +278,31 @@ std::string Worker::PeerName(ConnId conn) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = conns_.find(conn);
   return it == conns_.end() ? "?" : it->second->name;
+}
+
+std::string Worker::Lanes(ConnId conn) {
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* out = ::open_memstream(&text, &len);
+  if (out == nullptr) return "?";
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = conns_.find(conn);
+    if (it != conns_.end() && it->second->ep != nullptr) ucp_ep_print_info(it->second->ep, out);
+  }
+  std::fclose(out);
+  std::string info(text, len);
+  std::free(text);
+  // Lines like "#   lane[0]:  8:posix/memory.0 md[4]  ...": keep the "tl/device" words.
+  std::string lanes;
+  for (size_t at = info.find("lane["); at != std::string::npos; at = info.find("lane[", at + 1)) {
+    const size_t colon = info.find(':', info.find(':', at) + 1);
+    const size_t end = info.find(' ', colon);
+    if (colon == std::string::npos || end == std::string::npos) break;
+    const std::string tl = info.substr(colon + 1, end - colon - 1);
+    if (lanes.find(tl) == std::string::npos) lanes += (lanes.empty() ? "" : " ") + tl;
+  }
+  return lanes.empty() ? "?" : lanes;
 }
 
 Status Worker::Send(ConnId conn, const MsgHeader& header, Bytes data, SendDone done) {

@@ -78,6 +78,9 @@ class Worker {
   // Waits until no send is pending or the deadline passes; false on timeout.
   bool Flush(std::chrono::milliseconds timeout);
   std::string PeerName(ConnId conn);
+  // The UCX transports (lanes) of conn's endpoint, one "<tl>/<device>" per lane: which of
+  // `tls` a connection really uses (debug log).
+  std::string Lanes(ConnId conn);
   // Joins the progress and dispatch threads (idempotent): after it no event is delivered, so
   // the handler may go away. The destructor calls it.
   void Stop();
