@@ -13,8 +13,8 @@ import ucx_transport_test as t  # noqa: E402
 
 
 class Bench(t.UcxCase):
-    def config(self, receivers, rid, extra=""):
-        path = super().config(receivers, rid, extra)
+    def config(self, receivers, rid, extra="", name=None):
+        path = super().config(receivers, rid, extra, name)
         if t.TLS == "disk":  # the same run over the disk transport, for comparison
             with open(path) as f:
                 text = f.read().split("[transport]")[0]

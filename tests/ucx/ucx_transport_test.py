@@ -85,6 +85,7 @@ class UcxCase(unittest.TestCase):
         self.procs = []
         self.commands = 0
         self.transport_extra = ""
+        self.sender_extra = ""
 
     def tearDown(self):
         for proc, _ in self.procs:
@@ -96,12 +97,13 @@ class UcxCase(unittest.TestCase):
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    def config(self, receivers, rid, extra=""):
-        path = os.path.join(self.dir, f"{rid}.toml")
+    def config(self, receivers, rid, extra="", name=None):
+        # The sender has a file of its own: rewriting a receiver's while it starts would race.
+        path = os.path.join(self.dir, f"{name or rid}.toml")
         names = ", ".join(f'"r{i}"' for i in range(receivers))
         with open(path, "w") as f:
             f.write(f'[sender]\nstate_dir = "{self.dir}/sender"\nreceivers = [{names}]\n'
-                    f"ack_timeout_s = 30\npoll_interval_ms = 10\n\n"
+                    f"ack_timeout_s = 30\npoll_interval_ms = 10\n{self.sender_extra}\n\n"
                     f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\npoll_interval_ms = 20\n\n'
                     f'[transport]\nname = "ucx"\n{self.transport_extra}\n\n'
                     f'[transport.ucx]\nlisten = "127.0.0.1:0"\n'
@@ -146,7 +148,8 @@ class UcxCase(unittest.TestCase):
                           "--quiet", env_extra=env_extra)
 
     def send(self, receivers, tensors, version, extra=""):
-        code, err = self.finish(self.start("send", "--config", self.config(receivers, "r0", extra),
+        config = self.config(receivers, "r0", extra, name="sender")
+        code, err = self.finish(self.start("send", "--config", config,
                                            "--weights", self.weights(tensors, version), "--wait",
                                            env_extra={"REFIT_LOG": "debug"}))
         self.assertEqual(code, 0, f"send of version {version}: {err}")
@@ -200,6 +203,27 @@ class Sync(UcxCase):
 
     def test_eight_receivers(self):
         self.sync(8, n_versions=2)
+
+    def test_a_small_inbox_reads_what_it_evicted_from_the_sender(self):
+        # 64 KiB of inbox for 2 MiB of 256 KiB payloads, all pushed before they are applied: each
+        # is evicted as the next arrives; the receivers read them from the sender's spool
+        # instead (a debug line counts those reads).
+        self.sender_extra = 'bucket_bytes = "256KiB"'
+        receivers, vs = 2, versions(2)
+        rids = [f"r{i}" for i in range(receivers)]
+        extra = 'inbox_bytes = "64KiB"\n'
+        started = {rid: self.start_receiver(receivers, rid, 2, env_extra={"REFIT_LOG": "debug"},
+                                            extra=extra) for rid in rids}
+        for v, tensors in enumerate(vs, start=1):
+            self.send(receivers, tensors, v)
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"after version {v}")
+        for rid in rids:
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+            served = [ln for ln in err.splitlines() if "reads were served by the sender" in ln]
+            self.assertTrue(served, err)
+            self.assertNotIn(": 0 reads", served[-1])
 
 
 class BadConfig(UcxCase):
@@ -264,8 +288,8 @@ class HungReceiver(UcxCase):
         rids = [f"r{i}" for i in range(receivers)]
         started = {rid: self.start_receiver(receivers, rid, 2, extra=extra) for rid in rids}
         self.send(receivers, vs[0], 1, extra=extra)
-        sender = self.start("send", "--config", self.config(receivers, "r0", extra), "--weights",
-                            self.weights(vs[1], 2), "--wait")
+        sender = self.start("send", "--config", self.config(receivers, "r0", extra, name="sender"),
+                            "--weights", self.weights(vs[1], 2), "--wait")
         proc, base = started[hung]
         deadline = time.monotonic() + BOUND_S
         while self.err(base).count("connected to the sender") < 2:
@@ -303,8 +327,8 @@ class KilledReceiver(UcxCase):
         for rid in rids:
             self.assert_model_is(rid, vs[0], "after version 1")
         # Version 2: the victim is SIGKILLed once it starts applying; the sender waits for its ack.
-        sender = self.start("send", "--config", self.config(receivers, "r0"), "--weights",
-                            self.weights(vs[1], 2), "--wait")
+        sender = self.start("send", "--config", self.config(receivers, "r0", name="sender"),
+                            "--weights", self.weights(vs[1], 2), "--wait")
         code, err = self.finish(started[victim])
         self.assertEqual(code, -9, f"{victim} was to be killed mid-apply: {err}")
         for rid in rids:
