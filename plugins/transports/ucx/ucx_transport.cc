@@ -16,6 +16,7 @@ struct UcxTransport::Pending {
   Status status;
   uint64_t value = 0;
   uint64_t pushed = 0;
+  ConnId conn = 0;  // the connection it was sent on: only its loss fails the request
   std::vector<uint8_t> data;
 };
 
@@ -352,7 +353,7 @@ void UcxTransport::OnPeerDown(const Event& e) {
       was_sender = true;
     }
     for (auto& [rid, p] : pending_) {
-      if (!p->done) {
+      if (!p->done && p->conn == e.conn) {
         p->done = true;
         p->status = Status::IoError("ucx transport: the sender " + address_ + " is gone: " + e.why);
       }
@@ -528,6 +529,7 @@ Result<std::shared_ptr<UcxTransport::Pending>> UcxTransport::Request(std::option
                              (address_.empty() ? std::string() : " " + address_));
     }
     h.id = next_request_++;
+    p->conn = *conn;
     pending_[h.id] = p;
   }
   Status st = worker_->Send(*conn, h, std::move(data), nullptr);
