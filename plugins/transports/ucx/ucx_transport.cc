@@ -99,9 +99,6 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Open(UcxOptions options,
   }
   std::unique_ptr<UcxTransport> t(new UcxTransport(std::move(options), role, peer_id));
   if (t->peer_id_.empty()) t->peer_id_ = "pid" + std::to_string(::getpid());
-  WorkerOptions wo;
-  wo.tls = t->options_.tls;
-  wo.send_timeout = t->options_.send_timeout;
   if (t->sender()) {
     REFIT_RETURN_NOT_OK(t->StartSender());
   } else {
