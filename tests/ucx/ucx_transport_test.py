@@ -184,6 +184,8 @@ class Sync(UcxCase):
         for v, tensors in enumerate(vs, start=1):
             err = self.send(receivers, tensors, v)  # --wait: every receiver acknowledged v
             # The transports each connection really uses (a debug line of the sender's).
+            self.assertNotIn("UCX  WARN", err)  # e.g. a setting UCX did not use
+            self.assertNotIn("UCX  ERROR", err)
             lanes = [ln for ln in err.splitlines() if " lanes: " in ln]
             self.assertTrue(lanes, err)
             for tl in TLS.split(","):

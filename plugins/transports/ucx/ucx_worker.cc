@@ -43,6 +43,23 @@ std::string ClientAddress(ucp_conn_request_h request) {
   return std::string(buf) + ":" + std::to_string(ntohs(sin->sin_port));
 }
 
+// Whether a UCX_TLS list may open a shared-memory transport (UCX warns about a setting of one
+// it never opened).
+bool UsesSharedMemory(const std::string& tls) {
+  if (tls.empty() || tls == "all") return true;
+  size_t start = 0;
+  while (start <= tls.size()) {
+    size_t end = tls.find(',', start);
+    if (end == std::string::npos) end = tls.size();
+    const std::string tl = tls.substr(start, end - start);
+    if (tl == "posix" || tl == "sysv" || tl == "sm" || tl == "shm" || tl == "mm" || tl[0] == '^') {
+      return true;
+    }
+    start = end + 1;
+  }
+  return false;
+}
+
 void FreeRequest(ucs_status_ptr_t req) {
   if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
 }
@@ -125,7 +142,9 @@ Status Worker::Init(const WorkerOptions& options) {
   // UCX leaves shared memory out of endpoints that ask for peer-failure handling (ours do)
   // unless told it may use it there; without this "posix,tcp" would run over tcp only. Best
   // effort: a UCX without the setting keeps its default.
-  if (st == UCS_OK) (void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+  if (st == UCS_OK && UsesSharedMemory(options.tls)) {
+    (void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+  }
   if (st != UCS_OK) {
     ucp_config_release(config);
     return Status::Invalid("ucx transport: tls = \"" + options.tls +
