@@ -12,6 +12,8 @@ PACKAGES=(
   libcpp-httplib-dev python3-prometheus-client
   # The s3 transport (plugins/transports/s3); without it that plugin is not built.
   libcurl4-openssl-dev
+  # The ucx transport (plugins/transports/ucx); without it that plugin and its tests are skipped.
+  libucx-dev
   python3-dev pybind11-dev python3-numpy python3-torch
   clang llvm libclang-rt-14-dev
   # The libtorch adapter (adapters/torch, refit_torch) and its test; without it they are skipped.

@@ -48,6 +48,25 @@ void RegisterS3Setup() {
              "", ""});
 }
 
+// UCX on loopback: the sender instance listens on a free port and publishes it in a rendezvous
+// file in the scratch directory, which the receiver instance reads (no fixed port to clash).
+void RegisterUcxSetup() {
+  RegisterTransportSetup(
+      "ucx", {[](const fs::path& scratch) {
+                Config config;
+                const std::string s = "transport.ucx.";
+                config.SetString(s + "listen", "127.0.0.1:0");
+                config.SetString(s + "rendezvous_file", (scratch / "sender.addr").string());
+                config.SetString(s + "spool_dir", (scratch / "spool").string());
+                config.SetString(s + "tls", "tcp");
+                ConfigValue no_fsync;  // a test spool need not survive a host crash
+                no_fsync.type = REFIT_CFG_BOOL;
+                config.Set(s + "spool_fsync", no_fsync);
+                return config;
+              },
+              "sender-r0", "r0"});
+}
+
 // Registered before main() runs the tests (gtest instantiates suites at RUN_ALL_TESTS).
 [[maybe_unused]] const bool kSetupsRegistered = [] {
   RegisterTransportSetup("disk", {[](const fs::path& scratch) {
@@ -58,6 +77,7 @@ void RegisterS3Setup() {
                                   },
                                   "", ""});
   RegisterS3Setup();
+  RegisterUcxSetup();
   return true;
 }();
 

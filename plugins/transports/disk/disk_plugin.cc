@@ -1,5 +1,7 @@
-// Entry point of the builtin `disk` transport; the engine is in disk_transport.{h,cc}.
-#include "disk_transport.h"
+// Entry point of the builtin `disk` transport; the engine is
+// framework/src/common/disk_transport.{h,cc} (refit_disk_transport: the ucx transport keeps its
+// sender spool with it too).
+#include "common/disk_transport.h"
 #include "refit/sdk/plugin.hpp"
 
 namespace {

@@ -1,0 +1,772 @@
+#include "ucx_transport.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/file_util.h"
+#include "common/transport_key.h"
+
+namespace refit::ucx {
+
+struct UcxTransport::Pending {
+  bool done = false;
+  Status status;
+  uint64_t value = 0;
+  uint64_t pushed = 0;
+  ConnId conn = 0;  // the connection it was sent on: only its loss fails the request
+  std::vector<uint8_t> data;
+};
+
+namespace {
+
+constexpr const char* kLog = "ucx";
+
+// Completion of one object pushed to several receivers: its bytes leave the window once every
+// send of it completed (or failed).
+struct PushGroup {
+  UcxTransport* transport = nullptr;
+  uint64_t bytes = 0;
+  std::atomic<size_t> left{0};  // completions run on the progress thread
+};
+
+struct PushDone {
+  std::shared_ptr<PushGroup> group;
+  void operator()(const Status& /*st*/) const {
+    if (--group->left == 0) group->transport->PushCompleted(group->bytes);
+  }
+};
+
+std::string StatusText(const Status& st) { return st.ok() ? "" : st.message(); }
+
+Status FromReply(uint64_t code, const std::string& message) {
+  if (code == 0) return Status::OK();
+  return Status(static_cast<StatusCode>(code), message);
+}
+
+std::map<std::string, uint64_t> ParseListing(const std::vector<uint8_t>& text) {
+  std::map<std::string, uint64_t> out;
+  std::istringstream in(std::string(text.begin(), text.end()));
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    out[line.substr(0, tab)] = std::strtoull(line.c_str() + tab + 1, nullptr, 10);
+  }
+  return out;
+}
+
+bool IsPayloadKey(const std::string& key) { return key.find("/payload.") != std::string::npos; }
+
+}  // namespace
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::Create(const sdk::ConfigView& cfg,
+                                                           refit_transport_role_t role,
+                                                           const std::string& peer_id) {
+  UcxOptions o;
+  REFIT_ASSIGN_OR_RAISE(o.listen, cfg.GetString("listen", ""));
+  REFIT_ASSIGN_OR_RAISE(o.connect, cfg.GetString("connect", ""));
+  REFIT_ASSIGN_OR_RAISE(o.rendezvous_file, cfg.GetString("rendezvous_file", ""));
+  REFIT_ASSIGN_OR_RAISE(o.tls, cfg.GetString("tls", "tcp"));
+  REFIT_ASSIGN_OR_RAISE(o.spool_dir, cfg.GetString("spool_dir", ""));
+  REFIT_ASSIGN_OR_RAISE(o.spool_fsync, cfg.GetBool("spool_fsync", true));
+  REFIT_ASSIGN_OR_RAISE(o.max_inflight_bytes,
+                        cfg.GetSize("max_inflight_bytes", o.max_inflight_bytes));
+  REFIT_ASSIGN_OR_RAISE(o.inbox_bytes, cfg.GetSize("inbox_bytes", o.inbox_bytes));
+  const std::pair<const char*, std::chrono::milliseconds*> times[] = {
+      {"connect_timeout_ms", &o.connect_timeout},
+      {"reconnect_max_ms", &o.reconnect_max},
+      {"send_timeout_ms", &o.send_timeout},
+      {"request_timeout_ms", &o.request_timeout}};
+  for (const auto& [name, field] : times) {
+    REFIT_ASSIGN_OR_RAISE(int64_t ms, cfg.GetInt(name, field->count()));
+    if (ms < 1 || ms > 86400000) {
+      return Status::Invalid("ucx transport: " + std::string(name) + " = " + std::to_string(ms) +
+                             " is not in [1, 86400000]");
+    }
+    *field = std::chrono::milliseconds(ms);
+  }
+  return Open(std::move(o), role, peer_id);
+}
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::Open(UcxOptions options,
+                                                         refit_transport_role_t role,
+                                                         const std::string& peer_id) {
+  if (role != REFIT_ROLE_SENDER && role != REFIT_ROLE_RECEIVER) {
+    return Status::Invalid("ucx transport: unknown role " + std::to_string(role));
+  }
+  std::unique_ptr<UcxTransport> t(new UcxTransport(std::move(options), role, peer_id));
+  if (t->peer_id_.empty()) t->peer_id_ = "pid" + std::to_string(::getpid());
+  if (t->sender()) {
+    REFIT_RETURN_NOT_OK(t->StartSender());
+  } else {
+    REFIT_RETURN_NOT_OK(t->StartReceiver());
+  }
+  return t;
+}
+
+Status UcxTransport::StartSender() {
+  if (options_.listen.empty()) {
+    if (options_.rendezvous_file.empty()) {
+      return Status::Invalid(
+          "ucx transport: the sender needs `listen = \"host:port\"` (or a rendezvous_file, "
+          "then it listens on 127.0.0.1, any free port)");
+    }
+    options_.listen = "127.0.0.1:0";
+  }
+  REFIT_ASSIGN_OR_RAISE(HostPort want, ParseHostPort(options_.listen, "listen"));
+  if (want.port == 0 && options_.rendezvous_file.empty()) {
+    return Status::Invalid("ucx transport: listen = \"" + options_.listen +
+                           "\" (port 0, any free port) needs a rendezvous_file to publish it");
+  }
+  std::string spool = options_.spool_dir;
+  if (spool.empty()) {
+    spool = options_.rendezvous_file.empty() ? "/tmp/refit-ucx-spool-" + std::to_string(want.port)
+                                             : options_.rendezvous_file + ".spool";
+  }
+  disk::DiskOptions disk;
+  disk.dir = spool;
+  disk.fsync = options_.spool_fsync;
+  REFIT_ASSIGN_OR_RAISE(spool_, disk::DiskTransport::Open(std::move(disk)));
+  WorkerOptions wo;
+  wo.tls = options_.tls;
+  wo.send_timeout = options_.send_timeout;
+  REFIT_ASSIGN_OR_RAISE(worker_, Worker::Start(wo, this));
+  REFIT_ASSIGN_OR_RAISE(HostPort bound, worker_->Listen(want));
+  address_ = bound.host + ":" + std::to_string(bound.port);
+  if (!options_.rendezvous_file.empty()) {
+    REFIT_RETURN_NOT_OK(
+        internal::WriteFileAtomic(options_.rendezvous_file, address_ + "\n", false));
+  }
+  sdk::Log(REFIT_LOG_INFO, kLog, "sender listening on " + address_ + " (tls " + options_.tls + ")");
+  return Status::OK();
+}
+
+UcxTransport::~UcxTransport() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (connector_.joinable()) connector_.join();
+  if (!sender()) SayBye();
+  if (!sender()) {
+    sdk::Log(REFIT_LOG_DEBUG, kLog,
+             "receiver " + peer_id_ + ": " + std::to_string(remote_gets_.load()) +
+                 " reads were served by the sender (not pushed, evicted or read before)");
+  }
+  if (worker_ != nullptr && sender() && !worker_->Flush(options_.send_timeout)) {
+    sdk::Log(REFIT_LOG_WARN, kLog, "sender exits with pushes not completed");
+  }
+  if (worker_ != nullptr) worker_->Stop();  // no handler call after this; then no worker
+  worker_.reset();
+  if (sender() && !options_.rendezvous_file.empty()) {
+    // Only ours: a newer sender may have taken the file over.
+    Result<std::string> now = internal::ReadSmallFile(options_.rendezvous_file, 4096);
+    if (now.ok() && now.value() == address_ + "\n") ::unlink(options_.rendezvous_file.c_str());
+  }
+}
+
+// ------------------------------------------------------------------ sender
+
+void UcxTransport::PushCompleted(uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    inflight_ -= bytes;
+  }
+  cv_.notify_all();
+}
+
+std::vector<ConnId> UcxTransport::ReadyPeers() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<ConnId> out;
+  for (const auto& [conn, peer] : peers_) {
+    if (peer.ready) out.push_back(conn);
+  }
+  return out;
+}
+
+// Pushes one object to conns, within the max_inflight_bytes window (an object larger than the
+// window goes alone). A receiver the send cannot reach is dropped, never waited for.
+Status UcxTransport::PushTo(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data) {
+  if (conns.empty()) return Status::OK();
+  const uint64_t bytes = data ? data->size() : 0;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_ && inflight_ != 0 && inflight_ + bytes > options_.max_inflight_bytes) {
+      cv_.wait(lk);
+    }
+    inflight_ += bytes;
+  }
+  auto group = std::make_shared<PushGroup>();
+  group->transport = this;
+  group->bytes = bytes;
+  group->left = conns.size() + 1;  // +1: ours, released once every send is posted
+  for (ConnId conn : conns) {
+    Status st = worker_->Send(conn, header, data, PushDone{group});
+    if (!st.ok()) {
+      PushDone{group}(st);
+      worker_->Close(conn, st.message());
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    auto peer = peers_.find(conn);
+    if (peer != peers_.end()) ++peer->second.pushed;
+  }
+  PushDone{group}(Status::OK());
+  return Status::OK();
+}
+
+Result<Bytes> UcxTransport::ReadSpool(const std::string& key, uint64_t offset, uint64_t len) {
+  auto out = std::make_shared<std::vector<uint8_t>>(len);
+  REFIT_RETURN_NOT_OK(spool_->Get(key, offset, out->data(), len));
+  return Bytes(std::move(out));
+}
+
+void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data) {
+  MsgHeader h;
+  h.type = MsgType::kReply;
+  h.id = id;
+  h.a = static_cast<uint64_t>(st.code());
+  h.b = value;
+  h.key = StatusText(st);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto peer = peers_.find(conn);
+    if (peer != peers_.end()) h.c = peer->second.pushed;
+  }
+  Status sent = worker_->Send(conn, h, std::move(data), nullptr);
+  if (!sent.ok()) worker_->Close(conn, sent.message());
+}
+
+// A receiver said who it is: it joins the pushes at once (so no put is missed), then gets every
+// spool object it does not hold replayed and is told which of its objects are gone.
+void UcxTransport::OnHello(const Event& e) {
+  const std::string& id = e.header.key;
+  std::vector<ConnId> stale;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [conn, peer] : peers_) {
+      if (peer.id == id && conn != e.conn) stale.push_back(conn);
+    }
+    peers_[e.conn] = Peer{id, true, 0};
+  }
+  for (ConnId conn : stale) worker_->Close(conn, "receiver " + id + " reconnected");
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + worker_->PeerName(e.conn));
+  sdk::Log(REFIT_LOG_DEBUG, kLog, "receiver " + id + " lanes: " + worker_->Lanes(e.conn));
+  Replay(e.conn, std::string(e.data.begin(), e.data.end()));
+  Reply(e.conn, e.header.id, Status::OK(), 0, nullptr);
+}
+
+void UcxTransport::Replay(ConnId conn, const std::string& inventory) {
+  std::map<std::string, uint64_t> held =
+      ParseListing(std::vector<uint8_t>(inventory.begin(), inventory.end()));
+  Result<std::vector<std::pair<std::string, uint64_t>>> listed = spool_->List("");
+  if (!listed.ok()) {
+    sdk::Log(REFIT_LOG_WARN, kLog, "replay: " + listed.status().message());
+    return;
+  }
+  uint64_t replayed = 0;
+  for (const auto& [key, size] : listed.value()) {
+    auto it = held.find(key);
+    const bool has = it != held.end() && it->second == size;
+    if (it != held.end()) held.erase(it);
+    if (has) continue;
+    Result<Bytes> data = ReadSpool(key, 0, size);
+    if (!data.ok()) continue;  // removed meanwhile: its drop follows
+    MsgHeader h;
+    h.type = MsgType::kPush;
+    h.key = key;
+    PushTo({conn}, h, std::move(data).value()).ok();
+    ++replayed;
+  }
+  for (const auto& [key, size] : held) {
+    MsgHeader h;
+    h.type = MsgType::kDrop;
+    h.key = key;
+    PushTo({conn}, h, nullptr).ok();
+  }
+  sdk::Log(REFIT_LOG_DEBUG, kLog, "replayed " + std::to_string(replayed) + " objects");
+}
+
+// A receiver's request, answered from the spool. Keys are checked here too: a peer is input.
+void UcxTransport::OnRequest(const Event& e) {
+  const MsgHeader& h = e.header;
+  Status st =
+      h.type == MsgType::kList ? ValidateTransportPrefix(h.key) : ValidateTransportKey(h.key);
+  uint64_t value = 0;
+  Bytes data;
+  if (st.ok() && h.type == MsgType::kUpload) {
+    st = spool_->Put(h.key, e.data.data(), e.data.size());
+  } else if (st.ok() && h.type == MsgType::kRemove) {
+    st = spool_->Remove(h.key);
+  } else if (st.ok() && h.type == MsgType::kSize) {
+    Result<std::optional<uint64_t>> size = spool_->Size(h.key);
+    st = size.status();
+    if (st.ok() && size.value()) value = **size + 1;  // 0: not found
+  } else if (st.ok() && h.type == MsgType::kGet) {
+    Result<Bytes> got = ReadSpool(h.key, h.a, h.b);
+    st = got.status();
+    if (st.ok()) data = std::move(got).value();
+  } else if (st.ok() && h.type == MsgType::kList) {
+    Result<std::vector<std::pair<std::string, uint64_t>>> listed = spool_->List(h.key);
+    st = listed.status();
+    if (st.ok()) {
+      std::string text;
+      for (const auto& [key, size] : listed.value())
+        text += key + "\t" + std::to_string(size) + "\n";
+      data = std::make_shared<std::vector<uint8_t>>(text.begin(), text.end());
+    }
+  }
+  Reply(e.conn, h.id, st, value, std::move(data));
+}
+
+void UcxTransport::OnBye(const Event& e) {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = peers_.find(e.conn);
+    if (it == peers_.end()) return;
+    id = it->second.id;
+    peers_.erase(it);
+  }
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " left");
+}
+
+void UcxTransport::OnPeerDown(const Event& e) {
+  std::string id;
+  bool was_sender = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = peers_.find(e.conn);
+    if (it != peers_.end()) {
+      id = it->second.id;
+      peers_.erase(it);
+    }
+    if (conn_ && *conn_ == e.conn) {
+      conn_.reset();
+      was_sender = true;
+    }
+    for (auto& [rid, p] : pending_) {
+      if (!p->done && p->conn == e.conn) {
+        p->done = true;
+        p->status = Status::IoError("ucx transport: the sender " + address_ + " is gone: " + e.why);
+      }
+    }
+  }
+  cv_.notify_all();
+  if (sender() && !id.empty()) {
+    sdk::Log(REFIT_LOG_WARN, kLog, "receiver " + id + " dropped: " + e.why);
+  } else if (was_sender) {
+    sdk::Log(REFIT_LOG_INFO, kLog, "disconnected from the sender " + address_ + ": " + e.why);
+  }
+}
+
+void UcxTransport::OnEvent(Event event) {
+  if (event.kind == Event::Kind::kPeerDown) return OnPeerDown(event);
+  const MsgType type = event.header.type;
+  if (sender()) {
+    if (type == MsgType::kHello) return OnHello(event);
+    if (type == MsgType::kBye) return OnBye(event);
+    if (type == MsgType::kUpload || type == MsgType::kRemove || type == MsgType::kSize ||
+        type == MsgType::kGet || type == MsgType::kList) {
+      return OnRequest(event);
+    }
+  } else {
+    if (type == MsgType::kPush || type == MsgType::kDrop) return OnPush(std::move(event));
+    if (type == MsgType::kReply) return OnReply(std::move(event));
+  }
+  worker_->Close(event.conn, "unexpected message type " + std::to_string(static_cast<int>(type)) +
+                                 " for this role");
+}
+
+// ------------------------------------------------------------------ receiver
+
+Status UcxTransport::StartReceiver() {
+  if (options_.connect.empty() && options_.rendezvous_file.empty()) {
+    return Status::Invalid(
+        "ucx transport: a receiver needs `connect = \"host:port\"` of the sender or the "
+        "sender's rendezvous_file");
+  }
+  if (!options_.connect.empty())
+    REFIT_RETURN_NOT_OK(ParseHostPort(options_.connect, "connect").status());
+  WorkerOptions wo;
+  wo.tls = options_.tls;
+  wo.send_timeout = options_.send_timeout;
+  REFIT_ASSIGN_OR_RAISE(worker_, Worker::Start(wo, this));
+  connector_ = std::thread(&UcxTransport::ConnectLoop, this);
+  // A sender already up is joined before the first call; one that is not is waited for in the
+  // background (a receiver may well start first).
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  while (!conn_ && cv_.wait_until(lk, deadline) != std::cv_status::timeout) {
+  }
+  return Status::OK();
+}
+
+void UcxTransport::ConnectLoop() {
+  auto backoff = std::chrono::milliseconds(20);
+  std::string last_error;
+  while (true) {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_ && conn_) cv_.wait(lk);
+    if (stop_) return;
+    lk.unlock();
+    Status st = ConnectOnce();
+    lk.lock();
+    if (st.ok()) {
+      backoff = std::chrono::milliseconds(20);
+      last_error.clear();
+      continue;
+    }
+    if (st.message() != last_error) {
+      sdk::Log(REFIT_LOG_DEBUG, kLog, "connecting: " + st.message());
+      last_error = st.message();
+    }
+    cv_.wait_for(lk, backoff);
+    backoff = std::min(backoff * 2, options_.reconnect_max);
+  }
+}
+
+Status UcxTransport::ConnectOnce() {
+  std::string target = options_.connect;
+  if (target.empty()) {
+    REFIT_ASSIGN_OR_RAISE(target, internal::ReadSmallFile(options_.rendezvous_file, 4096));
+    while (!target.empty() && (target.back() == '\n' || target.back() == ' ')) target.pop_back();
+  }
+  REFIT_ASSIGN_OR_RAISE(HostPort addr, ParseHostPort(target, "sender address"));
+  REFIT_ASSIGN_OR_RAISE(ConnId conn, worker_->Connect(addr));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    address_ = target;
+    push_conn_ = conn;
+    delivered_ = 0;
+  }
+  std::string inventory = Inventory();
+  auto data = std::make_shared<std::vector<uint8_t>>(inventory.begin(), inventory.end());
+  Result<std::shared_ptr<Pending>> hello =
+      Request(conn, MsgType::kHello, peer_id_, 0, 0, std::move(data));
+  Status st = hello.ok() ? FlushOutbox(conn) : hello.status();
+  if (!st.ok()) {
+    worker_->Close(conn, st.message());
+    return st;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conn_ = conn;
+  }
+  cv_.notify_all();
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + peer_id_ + " connected to the sender " + target);
+  return Status::OK();
+}
+
+// Tells the sender this receiver leaves on purpose (so it logs no failure), best effort.
+void UcxTransport::SayBye() {
+  std::optional<ConnId> conn;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conn = conn_;
+  }
+  if (!conn || worker_ == nullptr) return;
+  sdk::Log(REFIT_LOG_DEBUG, kLog, "lanes to the sender: " + worker_->Lanes(*conn));
+  MsgHeader h;
+  h.type = MsgType::kBye;
+  if (worker_->Send(*conn, h, nullptr, nullptr).ok())
+    worker_->Flush(std::chrono::milliseconds(500));
+}
+
+std::string UcxTransport::Inventory() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string text;
+  for (const auto& [key, entry] : inbox_) {
+    if (outbox_.count(key) == 0) text += key + "\t" + std::to_string(entry.size) + "\n";
+  }
+  return text;
+}
+
+// Puts and removes made while no sender was there, in key order (each key's last one).
+Status UcxTransport::FlushOutbox(ConnId conn) {
+  std::map<std::string, std::optional<Bytes>> queued;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queued = outbox_;
+  }
+  for (const auto& [key, data] : queued) {
+    const MsgType type = data ? MsgType::kUpload : MsgType::kRemove;
+    REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
+                          Request(conn, type, key, 0, 0, data ? *data : nullptr));
+    REFIT_RETURN_NOT_OK(p->status);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = outbox_.find(key);
+    if (it != outbox_.end() && it->second == data) outbox_.erase(it);
+  }
+  return Status::OK();
+}
+
+// One request to the sender and its answer (conn: a connection still being set up; nullopt:
+// the live one). A transport failure is an IoError; the answer's own status is in the result.
+Result<std::shared_ptr<UcxTransport::Pending>> UcxTransport::Request(std::optional<ConnId> conn,
+                                                                     MsgType type,
+                                                                     const std::string& key,
+                                                                     uint64_t a, uint64_t b,
+                                                                     Bytes data) {
+  auto p = std::make_shared<Pending>();
+  MsgHeader h;
+  h.type = type;
+  h.key = key;
+  h.a = a;
+  h.b = b;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!conn) conn = conn_;
+    if (!conn) {
+      return Status::IoError("ucx transport: not connected to the sender" +
+                             (address_.empty() ? std::string() : " " + address_));
+    }
+    h.id = next_request_++;
+    p->conn = *conn;
+    pending_[h.id] = p;
+  }
+  Status st = worker_->Send(*conn, h, std::move(data), nullptr);
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  while (st.ok() && !p->done && !stop_) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
+  }
+  pending_.erase(h.id);
+  if (!st.ok()) return st;
+  if (!p->done) {
+    lk.unlock();
+    worker_->Close(*conn, "no answer within request_timeout_ms");
+    return Status::IoError("ucx transport: the sender " + address_ + " did not answer '" + key +
+                           "' in time");
+  }
+  if (p->status.code() == StatusCode::kIoError && p->status.message().find("ucx transport") == 0) {
+    return p->status;  // the connection failed, not the request
+  }
+  return p;
+}
+
+void UcxTransport::OnReply(Event e) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = pending_.find(e.header.id);
+    if (it == pending_.end()) return;  // timed out meanwhile
+    Pending& p = *it->second;
+    p.done = true;
+    p.status = FromReply(e.header.a, e.header.key);
+    p.value = e.header.b;
+    p.pushed = e.header.c;
+    p.data = std::move(e.data);
+  }
+  cv_.notify_all();
+}
+
+void UcxTransport::OnPush(Event e) {
+  const std::string& key = e.header.key;
+  if (!ValidateTransportKey(key).ok()) {
+    worker_->Close(e.conn, "pushed an invalid key");
+    return;
+  }
+  if (e.header.type == MsgType::kDrop) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = inbox_.find(key);
+    if (it != inbox_.end()) {
+      if (it->second.data) inbox_held_ -= it->second.size;
+      inbox_.erase(it);
+    }
+  } else {
+    StoreInInbox(key, std::make_shared<const std::vector<uint8_t>>(std::move(e.data)));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (push_conn_ == e.conn) ++delivered_;
+  }
+  cv_.notify_all();
+}
+
+// Until every push the sender had posted to us when it answered has arrived (or the connection
+// is gone, or request_timeout_ms passed): a payload pushed by rendezvous may still be on its way
+// when the small commit marker pushed after it is already here.
+void UcxTransport::WaitForPushes(uint64_t pushed) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const std::optional<ConnId> conn = push_conn_;
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  while (!stop_ && conn_ == conn && push_conn_ == conn && delivered_ < pushed) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) return;
+  }
+}
+
+// Replaces key's object whole (readers holding the old one keep it); evicts the oldest objects
+// past inbox_bytes: a read of one of them goes to the sender.
+void UcxTransport::StoreInInbox(const std::string& key, Bytes data) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Entry& entry = inbox_[key];
+  if (entry.data) inbox_held_ -= entry.size;
+  entry.size = data->size();
+  entry.data = std::move(data);
+  entry.seq = ++inbox_seq_;
+  inbox_held_ += entry.size;
+  while (inbox_held_ > options_.inbox_bytes) {
+    auto oldest = inbox_.end();
+    for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+      if (it->second.data && it->first != key &&
+          (oldest == inbox_.end() || it->second.seq < oldest->second.seq)) {
+        oldest = it;
+      }
+    }
+    if (oldest == inbox_.end()) break;
+    // The size stays: the sender replays only what a receiver does not list as held.
+    inbox_held_ -= oldest->second.size;
+    oldest->second.data.reset();
+  }
+}
+
+// True when the inbox answered (*st is the answer). A payload read to its end leaves the inbox
+// (its size stays): the receiver reads each payload once to apply it; a later read of it is
+// served by the sender.
+bool UcxTransport::GetFromInbox(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len,
+                                Status* st) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = inbox_.find(key);
+  if (it == inbox_.end() || !it->second.data) return false;
+  Entry& entry = it->second;
+  if (offset > entry.size || len > entry.size - offset) {
+    *st = Status::Corrupt("ucx transport: get '" + key + "' [" + std::to_string(offset) + ", +" +
+                          std::to_string(len) + ") is past its end (" + std::to_string(entry.size) +
+                          " bytes)");
+    return true;
+  }
+  if (len > 0) std::memcpy(buf, entry.data->data() + offset, len);
+  if (IsPayloadKey(key) && offset + len == entry.size && outbox_.count(key) == 0) {
+    inbox_held_ -= entry.size;
+    entry.data.reset();
+  }
+  *st = Status::OK();
+  return true;
+}
+
+// ------------------------------------------------------------------ the channel
+
+Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
+  if (sender()) {
+    REFIT_RETURN_NOT_OK(spool_->Put(key, data, len));
+    MsgHeader h;
+    h.type = MsgType::kPush;
+    h.key = key;
+    return PushTo(ReadyPeers(), h, std::make_shared<const std::vector<uint8_t>>(data, data + len));
+  }
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(data, data + len);
+  StoreInInbox(key, bytes);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    outbox_[key] = bytes;  // until the sender stored it
+  }
+  Result<std::shared_ptr<Pending>> r = Request(std::nullopt, MsgType::kUpload, key, 0, 0, bytes);
+  if (!r.ok()) return Status::OK();  // no sender now: delivered when one connects
+  REFIT_RETURN_NOT_OK(r.value()->status);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = outbox_.find(key);
+  if (it != outbox_.end() && it->second == bytes) outbox_.erase(it);
+  return Status::OK();
+}
+
+Result<std::optional<uint64_t>> UcxTransport::Size(const std::string& key) {
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
+  if (sender()) return spool_->Size(key);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = inbox_.find(key);
+    if (it != inbox_.end()) return std::optional<uint64_t>(it->second.size);
+    auto queued = outbox_.find(key);
+    if (queued != outbox_.end() && !queued->second) return std::optional<uint64_t>();
+    if (!conn_) return std::optional<uint64_t>();  // no sender: nothing newer than the inbox
+  }
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
+                        Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
+  REFIT_RETURN_NOT_OK(p->status);
+  if (p->value == 0) return std::optional<uint64_t>();
+  return std::optional<uint64_t>(p->value - 1);
+}
+
+Status UcxTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
+  if (sender()) return spool_->Get(key, offset, buf, len);
+  Status st;
+  if (GetFromInbox(key, offset, buf, len, &st)) return st;
+  // Not here: perhaps still on its way. The answer to a size says how many pushes to wait for.
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
+                        Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
+  WaitForPushes(p->pushed);
+  if (GetFromInbox(key, offset, buf, len, &st)) return st;
+  ++remote_gets_;
+  REFIT_ASSIGN_OR_RAISE(p, Request(std::nullopt, MsgType::kGet, key, offset, len, nullptr));
+  REFIT_RETURN_NOT_OK(p->status);
+  if (p->data.size() != len) {
+    return Status::Corrupt("ucx transport: get '" + key + "': the sender sent " +
+                           std::to_string(p->data.size()) + " bytes, " + std::to_string(len) +
+                           " asked");
+  }
+  if (len > 0) std::memcpy(buf, p->data.data(), len);
+  return Status::OK();
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> UcxTransport::List(
+    const std::string& prefix) {
+  REFIT_RETURN_NOT_OK(ValidateTransportPrefix(prefix));
+  if (sender()) return spool_->List(prefix);
+  Result<std::shared_ptr<Pending>> r = Request(std::nullopt, MsgType::kList, prefix, 0, 0, nullptr);
+  std::map<std::string, uint64_t> listed;
+  if (r.ok()) {
+    REFIT_RETURN_NOT_OK(r.value()->status);
+    listed = ParseListing(r.value()->data);
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!r.ok()) {
+    // No sender: what the inbox holds.
+    for (const auto& [key, entry] : inbox_) {
+      if (key.compare(0, prefix.size(), prefix) == 0) listed[key] = entry.size;
+    }
+  }
+  for (const auto& [key, data] : outbox_) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    if (data) {
+      listed[key] = (*data)->size();
+    } else {
+      listed.erase(key);
+    }
+  }
+  return std::vector<std::pair<std::string, uint64_t>>(listed.begin(), listed.end());
+}
+
+Status UcxTransport::Remove(const std::string& key) {
+  REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
+  if (sender()) {
+    REFIT_RETURN_NOT_OK(spool_->Remove(key));
+    MsgHeader h;
+    h.type = MsgType::kDrop;
+    h.key = key;
+    return PushTo(ReadyPeers(), h, nullptr);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = inbox_.find(key);
+    if (it != inbox_.end()) {
+      if (it->second.data) inbox_held_ -= it->second.size;
+      inbox_.erase(it);
+    }
+    outbox_[key] = std::nullopt;
+  }
+  Result<std::shared_ptr<Pending>> r = Request(std::nullopt, MsgType::kRemove, key, 0, 0, nullptr);
+  if (!r.ok()) return Status::OK();  // delivered when a sender connects
+  REFIT_RETURN_NOT_OK(r.value()->status);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = outbox_.find(key);
+  if (it != outbox_.end() && !it->second) outbox_.erase(it);
+  return Status::OK();
+}
+
+}  // namespace refit::ucx

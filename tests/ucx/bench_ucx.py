@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Wall time of `refit send --wait` over the ucx transport (not a test: a measurement for
+docs/transports.md). Usage: REFIT_CLI=build/bin/refit bench_ucx.py TLS RECEIVERS MIB (TLS "disk": the disk
+transport instead, for comparison)
+One full version of a MIB-sized random BF16 model, then one delta (~1.5% of the elements)."""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ucx_transport_test as t  # noqa: E402
+
+
+class Bench(t.UcxCase):
+    def config(self, receivers, rid, extra="", name=None):
+        path = super().config(receivers, rid, extra, name)
+        if t.TLS == "disk":  # the same run over the disk transport, for comparison
+            with open(path) as f:
+                text = f.read().split("[transport]")[0]
+            with open(path, "w") as f:
+                f.write(text + f'[transport]\nname = "disk"\n[transport.disk]\n'
+                        f'dir = "{self.dir}/channel"\nfsync = false\n')
+        return path
+
+    def runTest(self):
+        receivers, mib = int(sys.argv[2]), int(sys.argv[3])
+        v1 = t.make_model([mib << 16] * 8, seed=1)  # 8 BF16 tensors of mib/8 MiB
+        vs = [v1, t.step(v1, 2)]
+        rids = [f"r{i}" for i in range(receivers)]
+        started = {rid: self.start_receiver(receivers, rid, 2) for rid in rids}
+        for v, tensors in enumerate(vs, start=1):
+            weights = self.weights(tensors, v)
+            begin = time.monotonic()
+            self.send(receivers, tensors, v)
+            took = time.monotonic() - begin
+            print(f"tls={t.TLS} receivers={receivers} model={mib}MiB version {v} "
+                  f"({'full' if v == 1 else 'delta'}): send --wait {took:.2f} s", flush=True)
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"version {v}")
+        for rid in rids:
+            self.finish(started[rid])
+
+
+if __name__ == "__main__":
+    t.TLS = sys.argv[1]
+    result = unittest.TextTestRunner(verbosity=0).run(Bench())
+    sys.exit(0 if result.wasSuccessful() else 1)

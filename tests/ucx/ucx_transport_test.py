@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""The ucx transport between real processes: one `refit send --wait` process per version (it
+listens on a free port and publishes it in a rendezvous file) and N `refit recv --follow`
+receivers that reconnect to each new sender. Every receiver's model is compared byte for byte
+with the weights sent after every version; a receiver SIGKILLed mid-apply (REFIT_KILL_AT) leaves
+the others finishing that version, and once restarted catches up.
+
+Environment: REFIT_CLI (the refit binary), REFIT_UCX_TLS (the tls key, e.g. "tcp" or
+"posix,tcp"). Usage: ucx_transport_test.py [unittest names]. Exits 77 (ctest's skip code here)
+when the refit binary has no ucx transport."""
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SKIP = 77
+BOUND_S = 60  # a refit process that runs longer than this is hung
+REFIT = os.environ.get("REFIT_CLI", "")
+TLS = os.environ.get("REFIT_UCX_TLS", "tcp")
+
+
+def write_safetensors(path, tensors):
+    header, offset = {}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, _, _, data in tensors:
+            f.write(data)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    return {name: (t["dtype"], t["shape"], blob[base + t["data_offsets"][0]:base + t["data_offsets"][1]])
+            for name, t in header.items()}
+
+
+def make_model(element_counts, seed):
+    rng = random.Random(seed)
+    tensors = [(f"model.layers.{i}.weight", "BF16", [n], bytearray(rng.randbytes(2 * n)))
+               for i, n in enumerate(element_counts)]
+    tensors.append(("model.norm.weight", "F32", [64], bytearray(rng.randbytes(256))))
+    return tensors
+
+
+def step(tensors, version):
+    """Flips the low mantissa bit of ~1.5% of the elements (a small optimizer step)."""
+    stride, out = 61 + version, []
+    for name, dtype, shape, data in tensors:
+        data = bytearray(data)
+        sl = slice(version % stride * 2, None, stride * 2)
+        data[sl] = bytes(b ^ 1 for b in data[sl])
+        out.append((name, dtype, shape, data))
+    return out
+
+
+def versions(n):
+    # One 2 MiB tensor: its payloads go as rendezvous, the small ones eagerly.
+    v = make_model([1 << 20, 4096, 77], seed=5)
+    out = [v]
+    for i in range(2, n + 1):
+        v = step(v, i)
+        out.append(v)
+    return out
+
+
+class UcxCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="refit-ucx-test-")
+        self.procs = []
+        self.commands = 0
+        self.transport_extra = ""
+        self.sender_extra = ""
+
+    def tearDown(self):
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if os.environ.get("REFIT_UCX_KEEP"):
+            print("kept", self.dir, file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def config(self, receivers, rid, extra="", name=None):
+        # The sender has a file of its own: rewriting a receiver's while it starts would race.
+        path = os.path.join(self.dir, f"{name or rid}.toml")
+        names = ", ".join(f'"r{i}"' for i in range(receivers))
+        with open(path, "w") as f:
+            f.write(f'[sender]\nstate_dir = "{self.dir}/sender"\nreceivers = [{names}]\n'
+                    f"ack_timeout_s = 30\npoll_interval_ms = 10\n{self.sender_extra}\n\n"
+                    f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\npoll_interval_ms = 20\n\n'
+                    f'[transport]\nname = "ucx"\n{self.transport_extra}\n\n'
+                    f'[transport.ucx]\nlisten = "127.0.0.1:0"\n'
+                    f'rendezvous_file = "{self.dir}/sender.addr"\nspool_dir = "{self.dir}/spool"\n'
+                    f'spool_fsync = false\ntls = "{TLS}"\nconnect_timeout_ms = 200\n'
+                    f"reconnect_max_ms = 200\n\n{extra}")
+        return path
+
+    def start(self, *args, env_extra=None):
+        self.commands += 1
+        base = os.path.join(self.dir, f"cmd{self.commands}.{args[0]}")
+        env = dict(os.environ)
+        env.update(env_extra or {})
+        with open(base + ".out", "wb") as out, open(base + ".err", "wb") as err:
+            proc = subprocess.Popen([REFIT, *args], stdout=out, stderr=err, env=env)
+        self.procs.append((proc, base))
+        return proc, base
+
+    def finish(self, started, bound_s=BOUND_S):
+        proc, base = started
+        try:
+            code = proc.wait(timeout=bound_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self.fail(f"refit {base} ran past its bound of {bound_s} s: {self.err(base)}")
+        return code, self.err(base)
+
+    @staticmethod
+    def err(base):
+        with open(base + ".err", errors="replace") as f:
+            return f.read()
+
+    def weights(self, tensors, version):
+        path = os.path.join(self.dir, f"w{version}.safetensors")
+        write_safetensors(path, tensors)
+        return path
+
+    def start_receiver(self, receivers, rid, until, env_extra=None, extra=""):
+        return self.start("recv", "--config", self.config(receivers, rid, extra), "--follow",
+                          "--until-version", str(until), "--timeout", str(BOUND_S),
+                          "--quiet", env_extra=env_extra)
+
+    def send(self, receivers, tensors, version, extra=""):
+        config = self.config(receivers, "r0", extra, name="sender")
+        code, err = self.finish(self.start("send", "--config", config,
+                                           "--weights", self.weights(tensors, version), "--wait",
+                                           env_extra={"REFIT_LOG": "debug"}))
+        self.assertEqual(code, 0, f"send of version {version}: {err}")
+        return err
+
+    def assert_model_is(self, rid, tensors, what):
+        got = read_safetensors(os.path.join(self.dir, rid, "model.safetensors"))
+        want = {name: (dtype, shape, bytes(data)) for name, dtype, shape, data in tensors}
+        self.assertEqual(sorted(got), sorted(want), f"{rid} {what}")
+        for name in want:
+            self.assertTrue(got[name] == want[name], f"{rid} {what}: tensor {name} differs")
+
+    def committed(self, rid):
+        try:
+            with open(os.path.join(self.dir, rid, "receiver.json")) as f:
+                return json.load(f).get("version", 0)
+        except (OSError, ValueError):
+            return 0
+
+    def wait_committed(self, rid, version):
+        deadline = time.monotonic() + BOUND_S
+        while self.committed(rid) < version:
+            self.assertLess(time.monotonic(), deadline, f"{rid} never committed version {version}")
+            time.sleep(0.05)
+
+
+class Sync(UcxCase):
+    def sync(self, receivers, n_versions=3):
+        vs = versions(n_versions)
+        rids = [f"r{i}" for i in range(receivers)]
+        started = {rid: self.start_receiver(receivers, rid, n_versions) for rid in rids}
+        for v, tensors in enumerate(vs, start=1):
+            err = self.send(receivers, tensors, v)  # --wait: every receiver acknowledged v
+            # The transports each connection really uses (a debug line of the sender's).
+            self.assertNotIn("UCX  WARN", err)  # e.g. a setting UCX did not use
+            self.assertNotIn("UCX  ERROR", err)
+            lanes = [ln for ln in err.splitlines() if " lanes: " in ln]
+            self.assertTrue(lanes, err)
+            for tl in TLS.split(","):
+                if tl in ("posix", "sysv", "tcp"):
+                    self.assertTrue(all(f"{tl}/" in ln for ln in lanes), f"no {tl} lane: {lanes}")
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"after version {v}")
+        for rid, proc in started.items():
+            code, err = self.finish(proc)
+            self.assertEqual(code, 0, f"{rid}: {err}")
+
+    def test_one_receiver(self):
+        self.sync(1)
+
+    def test_four_receivers(self):
+        self.sync(4)
+
+    def test_eight_receivers(self):
+        self.sync(8, n_versions=2)
+
+    def test_a_small_inbox_reads_what_it_evicted_from_the_sender(self):
+        # 64 KiB of inbox for 2 MiB of 256 KiB payloads, all pushed before they are applied: each
+        # is evicted as the next arrives; the receivers read them from the sender's spool
+        # instead (a debug line counts those reads).
+        self.sender_extra = 'bucket_bytes = "256KiB"'
+        receivers, vs = 2, versions(2)
+        rids = [f"r{i}" for i in range(receivers)]
+        extra = 'inbox_bytes = "64KiB"\n'
+        started = {rid: self.start_receiver(receivers, rid, 2, env_extra={"REFIT_LOG": "debug"},
+                                            extra=extra) for rid in rids}
+        for v, tensors in enumerate(vs, start=1):
+            self.send(receivers, tensors, v)
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"after version {v}")
+        for rid in rids:
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+            served = [ln for ln in err.splitlines() if "reads were served by the sender" in ln]
+            self.assertTrue(served, err)
+            self.assertNotIn(": 0 reads", served[-1])
+
+
+class BadConfig(UcxCase):
+    def test_bad_settings_are_one_error_line(self):
+        cases = {'connect = "no-port-here"': "is not \"host:port\"",
+                 'connect = "127.0.0.1:99999"': "port > 65535",
+                 'tls = "no_such_transport"': "tls",
+                 'max_inflight_bytes = "lots"': "max_inflight_bytes"}
+        for i, (line, want) in enumerate(cases.items()):
+            with self.subTest(line=line):
+                path = self.config(1, "r0")
+                key = line.split(" = ")[0]
+                with open(path) as f:
+                    text = "".join(ln for ln in f.readlines() if not ln.startswith(key + " = "))
+                text = text.replace("[transport.ucx]\n", f"[transport.ucx]\n{line}\n")
+                with open(path, "w") as f:
+                    f.write(text)
+                code, err = self.finish(self.start("recv", "--config", path))
+                self.assertNotEqual(code, 0, line)
+                self.assertNotIn(code, (-6, -11), f"crashed on {line}: {err}")
+                errors = [ln for ln in err.splitlines() if ln.startswith("refit: error:")]
+                self.assertEqual(len(errors), 1, f"{line}: {err}")
+                self.assertIn(want, errors[0])
+
+
+class LinkAndFaults(UcxCase):
+    def test_bandwidth_and_faults_wrap_the_ucx_transport(self):
+        # The framework's layers above the plugin: a 100 MB/s link for every process, corrupted
+        # and failed reads on the receivers (each re-read of a payload it already consumed is
+        # served by the sender's spool), corrupted puts on the sender (caught by verify_puts).
+        self.transport_extra = 'bandwidth = "100MB"'
+        log = os.path.join(self.dir, "faults.log")
+        receivers, vs = 2, versions(3)
+        rids = [f"r{i}" for i in range(receivers)]
+
+        def faults(seed, kinds):
+            return f'[faults]\nseed = {seed}\nlog = "{log}"\n{kinds}\n'
+
+        started = {rid: self.start_receiver(receivers, rid, 3, extra=faults(
+            10 + i, "corrupt_get = 0.2\nfail_get = 0.1\ndelay = 0.2\ndelay_ms = 5"))
+            for i, rid in enumerate(rids)}
+        for v, tensors in enumerate(vs, start=1):
+            self.send(receivers, tensors, v, extra=faults(v, "corrupt_put = 0.2"))
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"after version {v}")
+        for rid in rids:
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+        with open(log) as f:
+            kinds = {line.split()[0] for line in f if line.strip()}
+        self.assertTrue({"corrupt_get", "corrupt_put"} <= kinds, f"faults injected: {kinds}")
+
+
+class HungReceiver(UcxCase):
+    def test_a_stopped_receiver_is_dropped_and_never_stalls_the_sender(self):
+        # r2 is SIGSTOPped as soon as it connected to the second sender, whose version is a new
+        # random model (a 2 MiB payload, sent by rendezvous, which needs r2 to take part): the
+        # sender drops r2 after send_timeout_ms, the others finish; r2 resumed catches up.
+        receivers, hung = 3, "r2"
+        extra = 'send_timeout_ms = 1000\nmax_inflight_bytes = "64KiB"\n'
+        vs = [make_model([1 << 20, 4096, 77], seed=5), make_model([1 << 20, 4096, 77], seed=6)]
+        rids = [f"r{i}" for i in range(receivers)]
+        started = {rid: self.start_receiver(receivers, rid, 2, extra=extra) for rid in rids}
+        self.send(receivers, vs[0], 1, extra=extra)
+        sender = self.start("send", "--config", self.config(receivers, "r0", extra, name="sender"),
+                            "--weights", self.weights(vs[1], 2), "--wait")
+        proc, base = started[hung]
+        deadline = time.monotonic() + BOUND_S
+        while self.err(base).count("connected to the sender") < 2:
+            self.assertLess(time.monotonic(), deadline, f"{hung} never reconnected")
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for rid in rids:
+                if rid != hung:
+                    self.wait_committed(rid, 2)
+                    self.assert_model_is(rid, vs[1], f"after version 2 ({hung} stopped)")
+            while "dropped" not in self.err(sender[1]):
+                self.assertLess(time.monotonic(), deadline, f"{hung} was never dropped")
+                time.sleep(0.05)
+            self.assertIn(f"receiver {hung} dropped: no send completed", self.err(sender[1]))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        code, err = self.finish(sender)
+        self.assertEqual(code, 0, f"send of version 2: {err}")
+        for rid in rids:
+            self.assert_model_is(rid, vs[1], "after version 2")
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+
+
+class KilledReceiver(UcxCase):
+    def test_killed_receiver_catches_up_and_the_others_finish(self):
+        receivers, victim = 4, "r1"
+        vs = versions(3)
+        rids = [f"r{i}" for i in range(receivers)]
+        started = {rid: self.start_receiver(receivers, rid, 3,
+                                            {"REFIT_KILL_AT": "receiver.applying"}
+                                            if rid == victim else None) for rid in rids}
+        self.send(receivers, vs[0], 1)
+        for rid in rids:
+            self.assert_model_is(rid, vs[0], "after version 1")
+        # Version 2: the victim is SIGKILLed once it starts applying; the sender waits for its ack.
+        sender = self.start("send", "--config", self.config(receivers, "r0", name="sender"),
+                            "--weights", self.weights(vs[1], 2), "--wait")
+        code, err = self.finish(started[victim])
+        self.assertEqual(code, -9, f"{victim} was to be killed mid-apply: {err}")
+        for rid in rids:
+            if rid != victim:
+                self.wait_committed(rid, 2)
+                self.assert_model_is(rid, vs[1], "after version 2 (one receiver killed)")
+        started[victim] = self.start_receiver(receivers, victim, 3)
+        code, err = self.finish(sender)
+        self.assertEqual(code, 0, f"send of version 2: {err}")
+        for rid in rids:
+            self.assert_model_is(rid, vs[1], "after version 2 (the killed one restarted)")
+        err = self.send(receivers, vs[2], 3)
+        self.assertIn(f"receiver {victim} dropped", self.err(sender[1]) + err)
+        for rid in rids:
+            self.assert_model_is(rid, vs[2], "after version 3")
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+
+
+def main():
+    if not REFIT or not os.path.exists(REFIT):
+        print("REFIT_CLI is not set to the refit binary", file=sys.stderr)
+        return 1
+    plugins = subprocess.run([REFIT, "plugins"], capture_output=True, text=True)
+    if "ucx" not in plugins.stdout:
+        print("skip: this refit has no ucx transport", file=sys.stderr)
+        return SKIP
+    result = unittest.main(argv=[sys.argv[0], *sys.argv[1:]], exit=False, verbosity=2).result
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
