@@ -1,5 +1,7 @@
-// Entry point of the builtin `disk` transport; the engine is in disk_transport.{h,cc}.
-#include "disk_transport.h"
+// Entry point of the builtin `disk` transport; the engine is
+// framework/src/common/disk_transport.{h,cc} (the refit_disk_transport library, which the nccl
+// transport's control path reuses).
+#include "common/disk_transport.h"
 #include "refit/sdk/plugin.hpp"
 
 namespace {

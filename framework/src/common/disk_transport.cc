@@ -1,4 +1,4 @@
-#include "disk_transport.h"
+#include "common/disk_transport.h"
 
 #include <dirent.h>
 #include <fcntl.h>
