@@ -13,11 +13,32 @@
 #include "refit/config.h"
 #include "refit/registry.h"
 
-#ifndef REFIT_NCCL_PLUGIN
+#ifdef REFIT_NCCL_FAKE
+// The plugin's sources linked into this binary over tests/nccl/fake_runtime.cc.
+extern "C" const refit_plugin_t* refit_nccl_fake_entry(const refit_host_api_t* host);
+#elif !defined(REFIT_NCCL_PLUGIN)
 #error "REFIT_NCCL_PLUGIN must name librefit-nccl.so"
 #endif
 
 namespace refit::nccl_test {
+
+#ifdef REFIT_NCCL_FAKE
+constexpr bool kFake = true;
+constexpr const char* kPluginPath = "fake";
+
+inline int GpuCount(std::string* why) {
+  *why = "the CPU fake of libcudart and libnccl (tests/nccl/fake_runtime.cc)";
+  return 2;
+}
+
+inline Result<std::shared_ptr<Registry>> LoadNcclRegistry() {
+  auto registry = std::make_shared<Registry>();
+  REFIT_RETURN_NOT_OK(registry->RegisterPlugin(refit_nccl_fake_entry(HostApi()), nullptr, "fake"));
+  return registry;
+}
+#else
+constexpr bool kFake = false;
+constexpr const char* kPluginPath = REFIT_NCCL_PLUGIN;
 
 // Visible CUDA devices, 0 when libcudart or the driver is missing; `why` says which.
 inline int GpuCount(std::string* why) {
@@ -43,6 +64,7 @@ inline Result<std::shared_ptr<Registry>> LoadNcclRegistry() {
   REFIT_RETURN_NOT_OK(registry->LoadLibrary(REFIT_NCCL_PLUGIN));
   return registry;
 }
+#endif
 
 // A [transport.nccl] section over control directory `dir`; `extra` is appended verbatim.
 inline Result<Config> NcclConfig(const std::string& dir, const std::string& extra) {
