@@ -84,7 +84,7 @@ PY
 
 status=0
 step "refit plugins (the nccl row)"
-"$build/bin/refit" plugins 2>&1 | grep -i nccl || { echo "nccl is not listed"; status=1; }
+"$build/bin/refit" plugins 2>&1 | grep -E -A8 "^transport +nccl " || { echo "nccl is not listed"; status=1; }
 
 step "tests (GPU cases skip with the reason where the machine has too few devices)"
 NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout 300 "$build/tests/nccl/refit_nccl_tests" || status=1
