@@ -1,6 +1,6 @@
 // Entry point of the builtin `disk` transport; the engine is
-// framework/src/common/disk_transport.{h,cc} (refit_disk_transport: the ucx transport keeps its
-// sender spool with it too).
+// framework/src/common/disk_transport.{h,cc} (the refit_disk_transport library, which the ucx
+// transport's sender spool and the nccl transport's control path reuse).
 #include "common/disk_transport.h"
 #include "refit/sdk/plugin.hpp"
 
