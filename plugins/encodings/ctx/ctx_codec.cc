@@ -837,13 +837,20 @@ struct TableEncodeScratch {
   }
 };
 
+// This thread's scratch of type S, returned from a function that is not inlined: the caller
+// holds a plain pointer. A thread_local named in the hot code of a shared library costs a
+// __tls_get_addr call per use (GCC rematerializes the address even through a reference: 53 calls
+// in EncodeTables, 2-4% of a send's CPU in perf).
+template <typename S>
+[[gnu::noinline]] S& ThreadScratch() {
+  thread_local S scratch;
+  return scratch;
+}
+
 template <typename T>
 uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScratch<T>& s,
                       uint64_t k, const uint64_t* first_runs, uint8_t* out, uint64_t cap) {
-  // Bound once to a plain reference: each use of a thread_local by name in a shared library may
-  // cost a __tls_get_addr call (2-4% of a send's CPU in perf).
-  thread_local TableEncodeScratch tls_scratch;
-  TableEncodeScratch& t = tls_scratch;
+  TableEncodeScratch& t = ThreadScratch<TableEncodeScratch>();
   const uint32_t slots = slot_ranges.count;
   t.order.resize(k);
   t.joint.resize(k);
@@ -982,6 +989,11 @@ constexpr double kSlotBits = 8.0 * 24;  // a slot's typical header: range, count
 constexpr uint64_t kSampleStride = 64;  // blocks of kBlockElems
 constexpr uint32_t kStepLengths = 16;   // bit lengths of step magnitudes, the last one "or more"
 
+// Per class, how many changes have each step length (this thread's, reused).
+struct StepLengths {
+  uint32_t counts[kNumClasses][kStepLengths];
+};
+
 // A change's step length symbol for ChooseSlots.
 template <typename T>
 CTX_INLINE uint32_t StepLength(T old_bits, T new_bits, bool is_float) {
@@ -1107,8 +1119,7 @@ Result<uint64_t> EncodeBody(Path path, CodedForm form, const refit_encode_input_
     h->class_lo = h->class_hi = 0;
     return uint64_t{0};
   }
-  thread_local EncodeScratch<T> tls_scratch;  // bound once: see EncodeTables
-  EncodeScratch<T>& s = tls_scratch;
+  EncodeScratch<T>& s = ThreadScratch<EncodeScratch<T>>();
   s.Reserve(k);
   // The changes first: their old and new bits and classes (which give the slots).
   const auto* old = static_cast<const uint8_t*>(in.old_bits);
@@ -1117,8 +1128,7 @@ Result<uint64_t> EncodeBody(Path path, CodedForm form, const refit_encode_input_
   const bool use_tables = form == CodedForm::kTables || per_class ||
                           (form == CodedForm::kAuto && k >= kTableMinChanges);
   uint64_t class_changes[kNumClasses] = {};
-  thread_local uint32_t tls_step_lengths[kNumClasses][kStepLengths];  // table form only
-  auto& step_lengths = tls_step_lengths;
+  auto& step_lengths = ThreadScratch<StepLengths>().counts;  // table form only
   if (use_tables) std::memset(step_lengths, 0, sizeof(step_lengths));
   uint32_t lo = kNumClasses - 1;
   uint32_t hi = 0;
@@ -1817,8 +1827,7 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
     return Status::Corrupt("ctx payload's class change counts add up to " + std::to_string(total) +
                            ", not " + std::to_string(h.k));
   }
-  thread_local TableDecodeScratch tls_scratch;  // bound once: see EncodeTables
-  TableDecodeScratch& scratch = tls_scratch;
+  TableDecodeScratch& scratch = ThreadScratch<TableDecodeScratch>();
   scratch.tables.resize(uint64_t{slots + 1} * tables::kTotal);
   scratch.freq.resize(kJointSymbols);
   for (uint32_t table = 0; table <= slots; ++table) {
