@@ -17,6 +17,8 @@ TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
   p.Add("c", DType::kF32, 100'000, 0.5, 13);
   p.Add("d", DType::kU8, 70'000, 0.002, 14);
   p.Add("e", DType::kF64, 20'000, 1.0, 15);
+  // Enough bytes that the writer keeps its threads (it uses fewer below 1 MiB per thread).
+  p.Add("f", DType::kBF16, 2'500'000, 0.01, 16);
 
   std::vector<std::string> encodings = {"auto"};
   for (const ComponentInfo* c : registry.value()->List()) {
@@ -26,7 +28,7 @@ TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
   for (const std::string& name : encodings) {
     DeltaOptions opt;
     opt.encoding = name;
-    opt.chunk_bytes = 32 << 10;  // many chunks per tensor
+    opt.chunk_bytes = 128 << 10;  // many chunks per tensor, above the size computed inline
     opt.threads = 1;
     auto inline_payload = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
     ASSERT_TRUE(inline_payload.ok()) << name << ": " << inline_payload.status().message();
@@ -53,8 +55,9 @@ TEST(PipelineDeterminism, FullSyncIsIdenticalAcrossThreadCounts) {
   testing::TensorPair p;
   p.Add("a", DType::kBF16, 100'000, 0.01, 21);
   p.Add("b", DType::kF16, 7'000, 0.01, 22);
+  p.Add("c", DType::kBF16, 1'600'000, 0.01, 23);  // > 1 MiB per thread: the pool is used
   DeltaOptions opt;
-  opt.chunk_bytes = 16 << 10;
+  opt.chunk_bytes = 128 << 10;
   opt.threads = 1;
   auto one = EncodeDelta({}, p.next, opt, *registry.value(), nullptr);  // no base: dense
   opt.threads = 3;

@@ -35,6 +35,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
   uint64_t model_bytes = 0;
   for (const TensorView& t : next) model_bytes += t.nbytes();
   writer.ReserveOutput(std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
+  writer.ExpectBytes(model_bytes);
   uint64_t done = 0;
   for (const TensorView& t : next) {
     auto it = base_by_name.find(t.name);
