@@ -39,14 +39,14 @@ def main():
                 samples.setdefault((w, enc, label), []).append((t, v))
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     print(f"{a.rounds} rounds, load average (1 min) {min(loads):.1f}-{max(loads):.1f}")
-    print(f"{'workload / encoding':44} {'binary':7} {'enc 1':>6} {'enc 2':>6} {'2/1':>5} "
+    print(f"{'workload':28} {'encoding':12} {'binary':7} {'enc 1':>6} {'enc 2':>6} {'2/1':>5} "
           f"{'app 1':>6} {'app 2':>6} {'2/1':>5}")
     for (w, enc, label), runs in samples.items():
         by_t = {1: [v for t, v in runs if t == 1], 2: [v for t, v in runs if t == 2]}
         enc_r = [b[0] / a_[0] for a_, b in zip(by_t[1], by_t[2])]
         app_r = [b[1] / a_[1] for a_, b in zip(by_t[1], by_t[2]) if a_[1] and b[1]]
         app = lambda t: med([v[1] for v in by_t[t] if v[1]])
-        print(f"{(w + ' / ' + enc)[:44]:44} {label:7} {med([v[0] for v in by_t[1]]):6.2f} "
+        print(f"{w[:28]:28} {enc:12} {label:7} {med([v[0] for v in by_t[1]]):6.2f} "
               f"{med([v[0] for v in by_t[2]]):6.2f} {med(enc_r):5.2f} {app(1):6.2f} {app(2):6.2f} "
               f"{med(app_r):5.2f}")
 
