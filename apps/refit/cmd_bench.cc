@@ -22,6 +22,7 @@
 #include "common/progress.h"
 #include "format/safetensors.h"
 #include "format/wire.h"
+#include "offline/delta_internal.h"
 #include "refit/delta.h"
 #include "refit/kernels/diff.h"
 #include "refit/refit.h"
@@ -441,13 +442,13 @@ struct EncodingResult {
   unsigned threads = 1;
   uint64_t payload_bytes = 0;
   double encode_s = 0;
-  double apply_s = 0;  // measured with threads == 1 only (apply is single-threaded)
+  double apply_s = 0;                      // on as many apply threads as encode threads
   std::map<std::string, uint64_t> chosen;  // records by encoding (what auto picked)
 };
 
 Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& encoding,
-                                       unsigned threads, bool measure_apply, int reps,
-                                       const Registry& registry, const Config* config,
+                                       unsigned threads, int reps, const Registry& registry,
+                                       const Config* config,
                                        std::vector<std::vector<uint8_t>>& work) {
   EncodingResult r;
   r.encoding = encoding;
@@ -466,7 +467,6 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
   r.payload_bytes = payload.size();
   REFIT_ASSIGN_OR_RAISE(Payload parsed, Payload::Parse(payload.data(), payload.size(), "bench"));
   for (const RecordHeader& h : parsed.records()) ++r.chosen[h.encoding];
-  if (!measure_apply) return r;
   // Apply onto a fresh copy of the base (copy not timed), then check every bit.
   work.resize(w.base.size());
   std::vector<TensorView> views = w.base;
@@ -476,7 +476,8 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
       views[i].data = work[i].data();
     }
     auto start = Clock::now();
-    REFIT_ASSIGN_OR_RAISE(ApplyStats applied, ApplyDelta(payload, views, registry, config));
+    REFIT_ASSIGN_OR_RAISE(ApplyStats applied,
+                          internal::ApplyDeltaOnThreads(payload, views, registry, config, threads));
     r.apply_s = rep == 0 ? SecondsSince(start) : std::min(r.apply_s, SecondsSince(start));
     (void)applied;
   }
@@ -671,9 +672,8 @@ Result<json> MeasureWorkload(const Workload& w, const BenchSetup& setup, int rep
   progress.Add(0);
   for (const std::string& e : setup.encodings) {
     for (unsigned t : setup.threads) {
-      REFIT_ASSIGN_OR_RAISE(EncodingResult r,
-                            MeasureEncoding(w, e, t, t == setup.threads.front(), reps,
-                                            *setup.registry, setup.config.get(), work));
+      REFIT_ASSIGN_OR_RAISE(EncodingResult r, MeasureEncoding(w, e, t, reps, *setup.registry,
+                                                              setup.config.get(), work));
       progress.Erase();  // the table row goes to the same terminal
       encs.push_back(ReportEncoding(w, a, r, bands[t]));
       std::fflush(stdout);

@@ -2,11 +2,20 @@
 #include <gtest/gtest.h>
 
 #include "delta_test_util.h"
+#include "offline/delta_internal.h"
 #include "refit/delta.h"
 #include "refit/refit.h"
 
 namespace refit {
 namespace {
+
+std::vector<std::string> AllEncodings(const Registry& registry) {
+  std::vector<std::string> encodings = {"auto"};
+  for (const ComponentInfo* c : registry.List()) {
+    if (c->kind == REFIT_KIND_ENCODING) encodings.push_back(c->name);
+  }
+  return encodings;
+}
 
 TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
   auto registry = LoadRegistry(nullptr);
@@ -17,6 +26,8 @@ TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
   p.Add("c", DType::kF32, 100'000, 0.5, 13);
   p.Add("d", DType::kU8, 70'000, 0.002, 14);
   p.Add("e", DType::kF64, 20'000, 1.0, 15);
+  // Enough bytes that the writer keeps its threads (it uses fewer below 1 MiB per thread).
+  p.Add("f", DType::kBF16, 2'500'000, 0.01, 16);
 
   std::vector<std::string> encodings = {"auto"};
   for (const ComponentInfo* c : registry.value()->List()) {
@@ -26,7 +37,7 @@ TEST(PipelineDeterminism, OneAndFourThreadsGiveIdenticalPayloads) {
   for (const std::string& name : encodings) {
     DeltaOptions opt;
     opt.encoding = name;
-    opt.chunk_bytes = 32 << 10;  // many chunks per tensor
+    opt.chunk_bytes = 128 << 10;  // many chunks per tensor, above the size computed inline
     opt.threads = 1;
     auto inline_payload = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
     ASSERT_TRUE(inline_payload.ok()) << name << ": " << inline_payload.status().message();
@@ -53,14 +64,53 @@ TEST(PipelineDeterminism, FullSyncIsIdenticalAcrossThreadCounts) {
   testing::TensorPair p;
   p.Add("a", DType::kBF16, 100'000, 0.01, 21);
   p.Add("b", DType::kF16, 7'000, 0.01, 22);
+  p.Add("c", DType::kBF16, 1'600'000, 0.01, 23);  // > 1 MiB per thread: the pool is used
   DeltaOptions opt;
-  opt.chunk_bytes = 16 << 10;
+  opt.chunk_bytes = 128 << 10;
   opt.threads = 1;
   auto one = EncodeDelta({}, p.next, opt, *registry.value(), nullptr);  // no base: dense
   opt.threads = 3;
   auto three = EncodeDelta({}, p.next, opt, *registry.value(), nullptr);
   ASSERT_TRUE(one.ok() && three.ok());
   EXPECT_EQ(one.value(), three.value());
+}
+
+// Chunks of very different sizes (tiny ones the caller computes itself, large ones queued to the
+// workers, more of them than there are threads): the payload is still the one-thread payload, and
+// applying it on several threads gives the same bits as on one.
+TEST(PipelineDeterminism, MixedChunkSizesAcrossThreadCountsAndApplyThreads) {
+  auto registry = LoadRegistry(nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status().message();
+  testing::TensorPair p;
+  p.Add("embed", DType::kBF16, 1'500'000, 0.015, 31);
+  for (int i = 0; i < 6; ++i) {
+    p.Add("norm." + std::to_string(i), DType::kBF16, 384, 0.05, 40 + i);
+    p.Add("proj." + std::to_string(i), DType::kBF16, 150'000 * (i + 1), 0.015, 50 + i);
+  }
+  p.Add("head", DType::kF32, 700'000, 0.01, 32);
+  for (const std::string& name : AllEncodings(*registry.value())) {
+    DeltaOptions opt;
+    opt.encoding = name;
+    opt.chunk_bytes = 1 << 20;
+    opt.threads = 1;
+    auto one = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
+    ASSERT_TRUE(one.ok()) << name << ": " << one.status().message();
+    for (unsigned threads : {2u, 3u, 8u}) {
+      opt.threads = threads;
+      auto pooled = EncodeDelta(p.base, p.next, opt, *registry.value(), nullptr);
+      ASSERT_TRUE(pooled.ok()) << name << ": " << pooled.status().message();
+      EXPECT_EQ(one.value(), pooled.value()) << name << " with " << threads << " threads";
+    }
+    for (unsigned threads : {1u, 3u}) {
+      std::vector<std::vector<uint8_t>> work = p.base_bits;
+      std::vector<TensorView> views = p.base;
+      for (size_t i = 0; i < views.size(); ++i) views[i].data = work[i].data();
+      auto applied =
+          internal::ApplyDeltaOnThreads(one.value(), views, *registry.value(), nullptr, threads);
+      ASSERT_TRUE(applied.ok()) << name << ": " << applied.status().message();
+      EXPECT_EQ(work, p.next_bits) << name << " applied on " << threads << " threads";
+    }
+  }
 }
 
 }  // namespace

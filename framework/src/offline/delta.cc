@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "common/stopwatch.h"
+#include "common/worker_pool.h"
 #include "format/model_file.h"
+#include "offline/delta_internal.h"
 #include "receive/apply.h"
 #include "send/delta_writer.h"
 #include "send/encode_tensor_sets.h"
@@ -35,6 +38,7 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
   uint64_t model_bytes = 0;
   for (const TensorView& t : next) model_bytes += t.nbytes();
   writer.ReserveOutput(std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
+  writer.ExpectBytes(model_bytes);
   uint64_t done = 0;
   for (const TensorView& t : next) {
     auto it = base_by_name.find(t.name);
@@ -78,22 +82,40 @@ Result<std::vector<uint8_t>> EncodeDelta(const std::vector<TensorView>& base,
 Result<ApplyStats> ApplyDelta(const std::vector<uint8_t>& payload,
                               const std::vector<TensorView>& tensors, const Registry& registry,
                               const Config* config) {
-  internal::Stopwatch clock;
+  return internal::ApplyDeltaOnThreads(payload, tensors, registry, config, 1);
+}
+
+namespace internal {
+
+Result<ApplyStats> ApplyDeltaOnThreads(const std::vector<uint8_t>& payload,
+                                       const std::vector<TensorView>& tensors,
+                                       const Registry& registry, const Config* config,
+                                       unsigned threads) {
+  Stopwatch clock;
   REFIT_ASSIGN_OR_RAISE(Payload parsed, Payload::Parse(payload.data(), payload.size(), "delta"));
   std::map<std::string, TensorView*> by_name;
   std::vector<TensorView> views = tensors;  // the resolver wants mutable pointers to views
   for (TensorView& t : views) by_name[t.name] = &t;
-  internal::EncodingCache encodings(registry, config);
+  EncodingCache encodings(registry, config);
   ApplyStats stats;
   std::vector<uint8_t> scratch;
-  REFIT_RETURN_NOT_OK(internal::ApplyPayload(parsed, encodings,
-                                             internal::CanonicalResolver(std::move(by_name)),
-                                             UINT64_MAX, scratch, &stats));
+  ApplySink sink;
+  std::unique_ptr<WorkerPool> pool;
+  threads = ResolveThreadCount(threads);
+  if (threads > 1) {
+    pool = std::make_unique<WorkerPool>(threads - 1);  // the caller applies too
+    sink.pool = pool.get();
+    sink.threads = threads;
+  }
+  REFIT_RETURN_NOT_OK(ApplyPayload(parsed, encodings, CanonicalResolver(std::move(by_name)),
+                                   UINT64_MAX, scratch, &stats, &sink));
   stats.payloads = 1;
   stats.payload_bytes = payload.size();
   stats.apply_seconds = clock.Seconds();
   stats.total_seconds = stats.apply_seconds;
   return stats;
 }
+
+}  // namespace internal
 
 }  // namespace refit

@@ -1,6 +1,7 @@
 #include "receive/apply.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <latch>
@@ -138,19 +139,26 @@ Result<std::vector<CheckedRecord>> CheckRecords(const Payload& payload, Encoding
 
 namespace {
 
-// Applies the records i with i % stride == first, in order; counts into `stats` (this worker's
-// own), stops at the first failure and returns it with its record index.
+// Applies records in `order`, each taken by the next free stripe (`next` counts the taken ones),
+// counting into `stats` (this stripe's own); stops at the first failure and returns it with its
+// record index (the other stripes then take no more records).
 struct StripeResult {
   Status status;
   size_t failed_index = SIZE_MAX;
   ApplyStats stats;
 };
 
-void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked, size_t first,
-                 size_t stride, ApplySink* sink, std::mutex& mu, std::vector<uint8_t>& scratch,
+struct StripeQueue {
+  std::vector<size_t> order;  // record indices, largest first with several stripes
+  std::atomic<size_t> next{0};
+};
+
+void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                 StripeQueue& queue, ApplySink* sink, std::mutex& mu, std::vector<uint8_t>& scratch,
                  StripeResult* out) {
   const auto& records = payload.records();
-  for (size_t i = first; i < records.size(); i += stride) {
+  for (size_t k = queue.next.fetch_add(1); k < queue.order.size(); k = queue.next.fetch_add(1)) {
+    const size_t i = queue.order[k];
     const RecordHeader& r = records[i];
     const CheckedRecord& c = checked[i];
     if (c.tensor == nullptr) continue;
@@ -167,6 +175,7 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
     if (!st.ok()) {
       out->status = st;
       out->failed_index = i;
+      queue.next.store(queue.order.size());
       return;
     }
     if (sink != nullptr && (sink->coverage != nullptr || sink->applied || !id.empty())) {
@@ -183,6 +192,24 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
 }  // namespace
 
 namespace {
+
+// The order records are applied in: as written with one stripe; with several, largest box first
+// (ties in payload order), so that the last records taken are small and the stripes end together.
+std::vector<size_t> RecordOrder(const Payload& payload, size_t stripes) {
+  const auto& records = payload.records();
+  std::vector<size_t> order(records.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (stripes <= 1) return order;
+  std::vector<uint64_t> bytes(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    uint64_t n = 1;
+    for (uint64_t e : records[i].box_extent) n *= e;
+    bytes[i] = n * SizeOf(records[i].dtype);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  return order;
+}
 
 // Runs fn(k) for k in [0, stripes): k > 0 on the pool, k = 0 on this thread; waits for all.
 template <typename Fn>
@@ -450,10 +477,11 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
       pool == nullptr ? 1 : std::min<size_t>(std::max<size_t>(writing, 1), sink->threads);
   std::vector<StripeResult> results(stripes);
   std::mutex mu;
+  StripeQueue queue;
+  queue.order = RecordOrder(payload, stripes);
   RunStripes(pool, stripes, [&](size_t k) {
     thread_local std::vector<uint8_t> worker_scratch;
-    ApplyStripe(payload, checked, k, stripes, sink, mu, k == 0 ? scratch : worker_scratch,
-                &results[k]);
+    ApplyStripe(payload, checked, queue, sink, mu, k == 0 ? scratch : worker_scratch, &results[k]);
   });
   const StripeResult* failed = nullptr;
   for (const StripeResult& r : results) {

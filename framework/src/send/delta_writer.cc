@@ -1,6 +1,7 @@
 #include "send/delta_writer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "common/stopwatch.h"
@@ -8,10 +9,22 @@
 
 namespace refit::internal {
 
+namespace {
+
+// Slot states. A queued slot is computed by whichever thread claims it first (a worker, or the
+// caller while it waits for an older slot).
+enum SlotState : int { kIdle = 0, kQueued, kRunning, kDone };
+
+constexpr size_t kSlotsPerThread = 4;
+constexpr uint64_t kInlineChunkBytes = 64 << 10;  // a worker hand-off costs more than this
+constexpr uint64_t kMinBytesPerThread = 1 << 20;
+
+}  // namespace
+
 // One chunk in flight: its inputs, reusable scratch, and the encoded result awaiting commit.
 struct DeltaWriter::Slot {
-  bool pending = false;  // submitted and not yet committed (caller's thread only)
-  bool done = false;     // computed (guarded by slot_mu_)
+  std::atomic<int> state{kIdle};
+  uint64_t bytes = 0;  // tensor bytes of the chunk
   std::shared_ptr<const SliceSource> src;
   Box rel;
   // Scratch is overwritten before it is read: no zero-fill when it grows.
@@ -48,7 +61,18 @@ DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_
 }
 
 DeltaWriter::~DeltaWriter() {
-  pool_.reset();  // runs what is queued (slots stay alive), then joins
+  // After an error: queued chunks are dropped, not computed; running ones finish before the join.
+  for (auto& slot : slots_) {
+    int queued = kQueued;
+    slot->state.compare_exchange_strong(queued, kDone);
+  }
+  pool_.reset();
+}
+
+void DeltaWriter::ExpectBytes(uint64_t bytes) {
+  if (prepared_) return;
+  threads_ = static_cast<unsigned>(
+      std::clamp<uint64_t>(bytes / kMinBytesPerThread, 1, std::max(threads_, 1u)));
 }
 
 Status DeltaWriter::Prepare() {
@@ -59,11 +83,13 @@ Status DeltaWriter::Prepare() {
   } else if (encoding_ != "dense") {
     REFIT_ASSIGN_OR_RAISE(single_, encodings_.Get(encoding_));
   }
-  // More slots than workers: while the caller commits a finished slot (copying its record into
-  // the payload, staging its changes), the workers go on with the queued ones instead of idling.
-  const unsigned slots = threads_ > 1 ? 3 * threads_ : 1;
-  for (unsigned i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
-  if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_);
+  // More slots than threads: while the caller commits a finished slot (copying its record into
+  // the payload, staging its changes) the others go on with queued ones instead of idling.
+  const size_t slots = threads_ > 1 ? kSlotsPerThread * threads_ : 1;
+  for (size_t i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
+  max_in_flight_bytes_ = 2 * threads_ * chunk_bytes_;
+  // The caller computes too: threads - 1 workers.
+  if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_ - 1);
   prepared_ = true;
   return Status::OK();
 }
@@ -79,28 +105,60 @@ Status DeltaWriter::Add(const SliceSource& s) {
   counters.model_bytes += n * elem;
   auto src = std::make_shared<const SliceSource>(s);
   for (const Box& chunk : SplitBox(rel, std::max<uint64_t>(chunk_bytes_ / elem, 1))) {
-    Slot& slot = *slots_[next_slot_];
-    // Slots are used round-robin, so the one to reuse is the oldest: commits stay in order.
-    if (slot.pending) REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
+    const uint64_t bytes = BoxElements(chunk) * elem;
+    // Commits stay in order: room is made by committing the oldest chunks.
+    while (pending_ == slots_.size() ||
+           (pending_ > 0 && in_flight_bytes_ + bytes > max_in_flight_bytes_)) {
+      REFIT_RETURN_NOT_OK(CommitOldest());
+    }
+    Slot& slot = *slots_[(head_ + pending_) % slots_.size()];
     slot.src = src;
     slot.rel = chunk;
-    slot.pending = true;
-    slot.done = false;
-    next_slot_ = (next_slot_ + 1) % slots_.size();
-    if (pool_) {
-      pool_->Submit([this, &slot] {
-        Compute(slot);
-        std::lock_guard<std::mutex> lock(slot_mu_);
-        slot.done = true;
-        slot_cv_.notify_all();
-      });
-    } else {
-      Compute(slot);
-      slot.done = true;
-      REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
-    }
+    slot.bytes = bytes;
+    ++pending_;
+    in_flight_bytes_ += bytes;
+    Submit(slot);
+    if (!pool_) REFIT_RETURN_NOT_OK(CommitOldest());
   }
   return Status::OK();
+}
+
+void DeltaWriter::Submit(Slot& slot) {
+  if (!pool_ || slot.bytes < kInlineChunkBytes) {
+    slot.state.store(kRunning, std::memory_order_relaxed);
+    RunClaimed(slot);
+    return;
+  }
+  slot.state.store(kQueued, std::memory_order_release);
+  // A task may find its slot already taken (by the caller) or even refilled since: it then runs
+  // whatever that slot holds now if still queued, else nothing.
+  pool_->Submit([this, &slot] {
+    if (Claim(slot)) RunClaimed(slot);
+  });
+}
+
+bool DeltaWriter::Claim(Slot& slot) {
+  int queued = kQueued;
+  return slot.state.compare_exchange_strong(queued, kRunning, std::memory_order_acquire);
+}
+
+void DeltaWriter::RunClaimed(Slot& slot) {
+  Compute(slot);
+  std::lock_guard<std::mutex> lock(slot_mu_);
+  slot.state.store(kDone, std::memory_order_release);
+  slot_cv_.notify_all();
+}
+
+void DeltaWriter::Await(Slot& slot) {
+  if (Claim(slot)) return RunClaimed(slot);
+  // A worker has it: compute later queued chunks meanwhile instead of sleeping.
+  for (size_t k = 1; k < pending_; ++k) {
+    if (slot.state.load(std::memory_order_acquire) == kDone) return;
+    Slot& later = *slots_[(head_ + k) % slots_.size()];
+    if (Claim(later)) RunClaimed(later);
+  }
+  std::unique_lock<std::mutex> lock(slot_mu_);
+  slot_cv_.wait(lock, [&] { return slot.state.load(std::memory_order_acquire) == kDone; });
 }
 
 namespace {
@@ -283,16 +341,35 @@ void DeltaWriter::EncodeAuto(Slot& slot, uint64_t dense_bytes) {
   }
 }
 
-Status DeltaWriter::WaitAndCommit(Slot& slot) {
-  {
-    std::unique_lock<std::mutex> lock(slot_mu_);
-    slot_cv_.wait(lock, [&] { return slot.done; });
-  }
-  slot.pending = false;
+Status DeltaWriter::CommitOldest() {
+  Slot& slot = *slots_[head_];
+  Await(slot);
+  head_ = (head_ + 1) % slots_.size();
+  --pending_;
+  in_flight_bytes_ -= slot.bytes;
+  slot.state.store(kIdle, std::memory_order_relaxed);
   Status st = Commit(slot);
   slot.src.reset();
+  TrimScratch(slot);
   if (!st.ok()) return st.WithContext("tensor '" + slot.header.tensor + "'");
   return st;
+}
+
+// A window of slots each keeping the scratch of the largest chunk it ever held could grow to
+// several times what is in flight: a slot keeps at most three chunks' worth.
+void DeltaWriter::TrimScratch(Slot& slot) {
+  auto bytes = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  const uint64_t held = bytes(slot.old_scratch) + bytes(slot.new_scratch) + bytes(slot.positions) +
+                        bytes(slot.old_values) + bytes(slot.new_values) + bytes(slot.best) +
+                        bytes(slot.trial);
+  if (slots_.size() == 1 || held <= 3 * chunk_bytes_) return;
+  slot.old_scratch = {};
+  slot.new_scratch = {};
+  slot.positions = {};
+  slot.old_values = {};
+  slot.new_values = {};
+  slot.best = {};
+  slot.trial = {};
 }
 
 Status DeltaWriter::Commit(Slot& slot) {
@@ -344,10 +421,7 @@ Status DeltaWriter::Commit(Slot& slot) {
 }
 
 Status DeltaWriter::DrainSlots() {
-  for (size_t k = 0; k < slots_.size(); ++k) {
-    Slot& slot = *slots_[(next_slot_ + k) % slots_.size()];
-    if (slot.pending) REFIT_RETURN_NOT_OK(WaitAndCommit(slot));
-  }
+  while (pending_ > 0) REFIT_RETURN_NOT_OK(CommitOldest());
   return Status::OK();
 }
 

@@ -32,10 +32,13 @@ struct SliceSource {
 };
 
 // Diffs, encodes and packs records into size-capped payloads, handing each full payload to
-// `flush`. Chunks are diffed and encoded on `threads` workers (0: hardware concurrency, 1: inline
-// on the caller's thread) but appended in their original order and flushed on sizes alone, so the
-// payload bytes do not depend on timing or the thread count. At most `threads` chunks (each with
-// its positions and encoded scratch) are in flight.
+// `flush`. Chunks are diffed and encoded on `threads` threads (0: hardware concurrency, 1: inline
+// on the caller's thread; otherwise the caller and threads - 1 workers) but appended in their
+// original order and flushed on sizes alone, so the payload bytes do not depend on timing or the
+// thread count. A window of up to 4 chunks per thread (and 2 chunk_bytes per thread of tensor
+// data) is in flight, each chunk with its positions and encoded scratch: a large chunk does not
+// hold the other threads idle behind it. While it waits for the oldest chunk the caller computes
+// queued ones itself; chunks under 64 KiB are computed by the caller right away.
 //
 // The bits an added slice points to must stay valid and unchanged until Finish() returns.
 class DeltaWriter {
@@ -53,6 +56,9 @@ class DeltaWriter {
                            const uint64_t* positions, uint64_t count, const uint8_t* new_values)>;
   void SetChangesSink(ChangesFn fn) { changes_ = std::move(fn); }
 
+  // About how many bytes of tensor data will be added (before the first Add): below 1 MiB per
+  // thread, fewer threads are used (their start-up and hand-offs would cost more than they save).
+  void ExpectBytes(uint64_t bytes);
   Status Add(const SliceSource& slice);
   Status Finish();  // waits for every chunk, flushes the last partial payload
   // Sizes the payload being built for about `bytes` up front (before the first Add): one
@@ -69,6 +75,14 @@ class DeltaWriter {
   struct Slot;
   Status Prepare();
   void Compute(Slot& slot);  // diff + digest + encode (any thread)
+  // Slot hand-off: Claim takes a queued slot for this thread (false: another has it or it is
+  // done); RunClaimed computes it and marks it done.
+  static bool Claim(Slot& slot);
+  void RunClaimed(Slot& slot);
+  void Submit(Slot& slot);  // queue a filled slot (or compute it now: no pool, small chunk)
+  void Await(Slot& slot);   // until done, computing it or later queued slots meanwhile
+  Status CommitOldest();    // await and commit the oldest pending slot
+  void TrimScratch(Slot& slot);
   // Compute's steps. The slice's bits for the slot's box: in place when contiguous, else
   // gathered into the slot's scratch (old_bits stays null for a create record).
   void ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits);
@@ -82,7 +96,6 @@ class DeltaWriter {
   void EncodeSingle(Slot& slot, uint64_t dense_bytes);
   void EncodeAuto(Slot& slot, uint64_t dense_bytes);
   Status Commit(Slot& slot);  // append in order (caller's thread)
-  Status WaitAndCommit(Slot& slot);
   Status DrainSlots();
   Status Flush();
 
@@ -94,12 +107,15 @@ class DeltaWriter {
   FlushFn flush_;
   ChangesFn changes_;
   unsigned threads_;
+  uint64_t max_in_flight_bytes_ = 0;
   bool prepared_ = false;
   const Encoding* dense_ = nullptr;
   const Encoding* single_ = nullptr;  // the configured encoding unless auto/dense
   const AutoPolicy* auto_ = nullptr;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  size_t next_slot_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;  // a ring: pending_ slots from head_ on, in order
+  size_t head_ = 0;
+  size_t pending_ = 0;
+  uint64_t in_flight_bytes_ = 0;  // tensor bytes of the pending slots
   std::mutex slot_mu_;
   std::condition_variable slot_cv_;
   std::unique_ptr<WorkerPool> pool_;

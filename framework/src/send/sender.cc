@@ -685,9 +685,8 @@ struct Sender::Impl {
       return n;
     };
     uint64_t done = 0, total = 0;
-    if (progress) {
-      for (const LocalSlice& s : slices) total += slice_bytes(s);
-    }
+    for (const LocalSlice& s : slices) total += slice_bytes(s);
+    writer.ExpectBytes(total);  // a small model is diffed on fewer threads
     for (const LocalSlice& s : slices) {
       const TensorView& t = *new_by_name[s.local_name];
       const internal::SliceSource src =
