@@ -342,18 +342,26 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
   }
   std::vector<Status> failures(w.end - w.first);
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
+  // Each stripe takes the next record, largest first: records differ in size by 1000x.
+  std::vector<size_t> order = RecordOrder(payload, stripes);
+  std::erase_if(order, [&](size_t i) { return i < w.first || i >= w.end; });
+  std::atomic<size_t> next{0};
   Stopwatch compute;
   RunStripes(sink.pool, stripes, [&](size_t k) {
     thread_local std::vector<uint8_t> worker_scratch;
     std::vector<uint8_t>& own = k == 0 ? scratch : worker_scratch;
-    for (size_t i = w.first + k; i < w.end; i += stripes) {
+    for (size_t at = next.fetch_add(1); at < order.size(); at = next.fetch_add(1)) {
+      const size_t i = order[at];
       const CheckedRecord& c = checked[i];
       RecordChanges& out = w.changes[i - w.first];
       if (c.tensor == nullptr) continue;
       out.logged_before = logged_before[i];
       if (out.logged_before) continue;
       failures[i - w.first] = ComputeChanges(payload, i, *c.encoding, *c.tensor, c.box, own, &out);
-      if (!failures[i - w.first].ok()) return;  // the first failure of this stripe
+      if (!failures[i - w.first].ok()) {
+        next.store(order.size());  // the others take no more
+        return;
+      }
     }
   });
   w.compute_seconds = compute.Seconds();
