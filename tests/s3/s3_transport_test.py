@@ -8,9 +8,7 @@ Environment: REFIT_CLI (the refit binary), REFIT_S3_TEST_SERVER (the file the ct
 moto_server.py wrote). Exits 77 (ctest's skip code here) when there is no server to test against."""
 import json
 import os
-import random
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,57 +18,13 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moto_server  # noqa: E402
 import s3_proxy  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from safetensors_model import make_model, read_safetensors, step, write_safetensors  # noqa: E402
 
 SKIP = 77
 BOUND_S = 60  # a refit process that runs longer than this is hung
 REFIT = os.environ.get("REFIT_CLI", "")
 SERVER = {}
-
-
-# ---------------------------------------------------------------- safetensors
-
-def write_safetensors(path, tensors):
-    """tensors: list of (name, dtype, shape, bytes)."""
-    header, offset = {}, 0
-    for name, dtype, shape, data in tensors:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for _, _, _, data in tensors:
-            f.write(data)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    header.pop("__metadata__", None)
-    base = 8 + n
-    return {name: (t["dtype"], t["shape"], blob[base + t["data_offsets"][0]:base + t["data_offsets"][1]])
-            for name, t in header.items()}
-
-
-def make_model(element_counts, seed):
-    """BF16 tensors of random bits (plus one F32), each a list of (name, dtype, shape, bytearray)."""
-    rng = random.Random(seed)
-    tensors = [(f"model.layers.{i}.weight", "BF16", [n], bytearray(rng.randbytes(2 * n)))
-               for i, n in enumerate(element_counts)]
-    tensors.append(("model.norm.weight", "F32", [64], bytearray(rng.randbytes(256))))
-    return tensors
-
-
-def step(tensors, version):
-    """Like a small optimizer step on BF16: flips the low mantissa bit of ~1.5% of elements."""
-    stride, out = 61 + version, []
-    for name, dtype, shape, data in tensors:
-        data = bytearray(data)
-        data[version % stride * 2::stride * 2] = bytes(b ^ 1 for b in data[version % stride * 2::stride * 2])
-        out.append((name, dtype, shape, data))
-    return out
 
 
 # ---------------------------------------------------------------- the harness

@@ -49,6 +49,17 @@ class RedoLogTest : public ::testing::Test {
                     .ok());
     ASSERT_TRUE(log.Flush().ok());
   }
+  // Rewrites the header's boot id (bytes 12..47) and its checksum, as another boot would have.
+  void MarkWrittenInAnotherBoot() const {
+    std::fstream f(path_, std::ios::binary | std::ios::in | std::ios::out);
+    std::string header(RedoLog::HeaderBytes(), '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header.size()));
+    header.replace(12, 36, std::string(36, 'x'));
+    const uint64_t digest = kernels::Digest64(header.data(), header.size() - 8);
+    std::memcpy(header.data() + header.size() - 8, &digest, 8);
+    f.seekp(0);
+    f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  }
   std::string dir_;
   std::string path_;
 };
@@ -179,16 +190,7 @@ TEST_F(RedoLogTest, EntriesOfAnotherBootAreKnown) {
     ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, 0));
     Write(*log, "a", 1, 7);
   }
-  // Rewrite the header's boot id (bytes 12..47) and its checksum, as another boot would have.
-  std::fstream f(path_, std::ios::binary | std::ios::in | std::ios::out);
-  std::string header(RedoLog::HeaderBytes(), '\0');
-  f.read(header.data(), static_cast<std::streamsize>(header.size()));
-  header.replace(12, 36, std::string(36, 'x'));
-  const uint64_t digest = kernels::Digest64(header.data(), header.size() - 8);
-  std::memcpy(header.data() + header.size() - 8, &digest, 8);
-  f.seekp(0);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  f.close();
+  MarkWrittenInAnotherBoot();
   ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, false, std::filesystem::file_size(path_)));
   EXPECT_TRUE(log->written_in_another_boot());
   EXPECT_FALSE(log->empty());
@@ -216,16 +218,7 @@ TEST_F(RedoLogTest, AnotherBootReplaysOnlyTheCommittedEntries) {
     EXPECT_TRUE(log->Has("p#0"));
     ASSERT_TRUE(log->Sync().ok());
   }
-  // Rewrite the header's boot id (bytes 12..47) and its checksum, as another boot would have.
-  std::fstream f(path_, std::ios::binary | std::ios::in | std::ios::out);
-  std::string header(RedoLog::HeaderBytes(), '\0');
-  f.read(header.data(), static_cast<std::streamsize>(header.size()));
-  header.replace(12, 36, std::string(36, 'x'));
-  const uint64_t digest = kernels::Digest64(header.data(), header.size() - 8);
-  std::memcpy(header.data() + header.size() - 8, &digest, 8);
-  f.seekp(0);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  f.close();
+  MarkWrittenInAnotherBoot();
   std::vector<uint16_t> bits(24, 0);
   ASSIGN_OR_FAIL_J(log, OpenRedoLog(path_, true, committed, {TensorW(bits)}));
   EXPECT_EQ(bits[1 * 6 + 2], 0x1111);
