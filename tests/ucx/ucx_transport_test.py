@@ -209,6 +209,24 @@ class BadConfig(UcxCase):
                 self.assertIn(want, errors[0])
 
 
+class BenchE2e(UcxCase):
+    def test_bench_e2e_runs_its_instances_in_one_process_and_ends_bit_exact(self):
+        # The bench creates and destroys several sender and receiver instances in one process
+        # (its stage probes): UCX 1.13 aborted in ucp_worker_destroy on a request still posted
+        # on an endpoint until CloseAll closed them by force (after a bounded flush).
+        path = os.path.join(self.dir, "bench.toml")
+        with open(path, "w") as f:
+            f.write(f'[transport.ucx]\nrendezvous_file = "{self.dir}/bench.addr"\n'
+                    f'spool_dir = "{self.dir}/bench-spool"\nspool_fsync = false\ntls = "{TLS}"\n')
+        started = self.start("bench", "e2e", "--size", "32MiB", "--transport", "ucx", "--config",
+                             path, "--syncs", "2")
+        code, err = self.finish(started, bound_s=120)
+        out = open(started[1] + ".out").read()
+        self.assertNotIn("Assertion", err)
+        self.assertEqual(code, 0, err)
+        self.assertIn("bit-exact: yes", out)
+
+
 class LinkAndFaults(UcxCase):
     def test_bandwidth_and_faults_wrap_the_ucx_transport(self):
         # The framework's layers above the plugin: a 100 MB/s link for every process, corrupted

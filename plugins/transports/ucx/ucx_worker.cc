@@ -203,22 +203,30 @@ void Worker::Stop() {
   if (dispatch_.joinable()) dispatch_.join();
 }
 
-// Graceful closes (what was sent is flushed), each bounded: a peer that is gone cannot hold up
-// the exit of this process.
+// Progresses the worker until `req` completes or `seconds` pass, then frees it.
+void Worker::AwaitBounded(ucs_status_ptr_t req, int seconds) {
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
+         Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+  }
+  FreeRequest(req);
+}
+
+// What was sent is flushed first (bounded: a peer that is gone cannot hold up the exit of this
+// process), then each endpoint is closed by force: that also cancels what is still posted on it
+// (a receive of a rendezvous push whose sender went away); UCX 1.13 aborts when a worker is
+// destroyed with such requests on an endpoint, even after a graceful close (seen with several
+// instances in one process, `refit bench e2e --transport ucx`).
 void Worker::CloseAll() {
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [id, conn] : conns_) {
     if (conn->ep == nullptr) continue;
     ucp_request_param_t p{};
+    if (!conn->dead) AwaitBounded(ucp_ep_flush_nbx(conn->ep, &p), 2);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = conn->dead ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t req = ucp_ep_close_nbx(conn->ep, &p);
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
-    while (UCS_PTR_IS_PTR(req) && ucp_request_check_status(req) == UCS_INPROGRESS &&
-           Clock::now() < deadline) {
-      ucp_worker_progress(worker_);
-    }
-    FreeRequest(req);
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    AwaitBounded(ucp_ep_close_nbx(conn->ep, &p), 2);
     conn->ep = nullptr;
   }
   by_ep_.clear();

@@ -100,6 +100,7 @@ class Worker {
   ConnId AddConn(ucp_ep_h ep, const std::string& name);
   Status CreateEp(ucp_ep_params_t* params, const std::string& name, ConnId* out);
   void CloseAll();
+  void AwaitBounded(ucs_status_ptr_t req, int seconds);
   static void OnSendDone(void* request, ucs_status_t status, void* user_data);
   static void OnRecvDone(void* request, ucs_status_t status, size_t length, void* user_data);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
