@@ -83,4 +83,14 @@ Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& 
   return last;
 }
 
+std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver,
+                                uint64_t version) {
+  const std::string key = AckKey(receiver, version);
+  auto bytes = GetStable(transport, key, kMaxControlBytes);
+  if (!bytes.ok()) return std::nullopt;
+  auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
+  if (!ack.ok() || ack->receiver != receiver || ack->version != version) return std::nullopt;
+  return std::move(ack).value();
+}
+
 }  // namespace refit::internal

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "format/wire.h"
 #include "refit/registry.h"
 #include "refit/status.h"
 
@@ -27,5 +29,9 @@ Status GetVerified(Transport& transport, const std::string& key, uint64_t size, 
 // corrupted on the way is never mistaken for the object. NotFound is returned at once.
 Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& key,
                                        uint64_t max_bytes, int attempts = 4);
+// The ack of `version` by `receiver`, if one is stored (read until two reads agree) that parses
+// and names that receiver and version: a damaged or misplaced ack object is no answer.
+std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver,
+                                uint64_t version);
 
 }  // namespace refit::internal

@@ -329,7 +329,8 @@ std::string LogId(const Payload& payload, size_t index) {
 
 // Decodes and verifies a window's records in parallel stripes (into scratch, nothing written).
 Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& checked,
-                     const std::vector<bool>& logged_before, ApplySink& sink,
+                     const std::vector<bool>& logged_before,
+                     const std::vector<size_t>& payload_order, ApplySink& sink,
                      std::vector<uint8_t>& scratch, Window& w) {
   // Each window's buffers are reused (fresh ones cost a kernel page clear per 4 KiB).
   if (w.changes.size() < w.end - w.first) w.changes.resize(w.end - w.first);
@@ -343,8 +344,10 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
   std::vector<Status> failures(w.end - w.first);
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
   // Each stripe takes the next record, largest first: records differ in size by 1000x.
-  std::vector<size_t> order = RecordOrder(payload, stripes);
-  std::erase_if(order, [&](size_t i) { return i < w.first || i >= w.end; });
+  std::vector<size_t> order;
+  for (size_t i : payload_order) {
+    if (i >= w.first && i < w.end) order.push_back(i);
+  }
   std::atomic<size_t> next{0};
   Stopwatch compute;
   RunStripes(sink.pool, stripes, [&](size_t k) {
@@ -433,6 +436,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
   // Known before any sync runs: the log's ids are not read while it writes.
   std::vector<bool> logged_before(checked.size());
   for (size_t i = 0; i < checked.size(); ++i) logged_before[i] = log.Has(LogId(payload, i));
+  const std::vector<size_t> order = RecordOrder(payload, sink.pool == nullptr ? 1 : sink.threads);
   Window prev, cur;
   std::future<Status> syncing;  // prev's log write and sync
   for (size_t first = 0;;) {
@@ -441,7 +445,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
     if (!last) {
       cur.first = first;
       cur.end = WindowEnd(payload, checked, first);
-      computed = ComputeWindow(payload, checked, logged_before, sink, scratch, cur);
+      computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, cur);
       AddComputeStats(cur, stats);
     }
     Stopwatch wait;

@@ -266,9 +266,7 @@ Status RedoLog::WriteHeader(uint64_t version) {
   if (::ftruncate(fd_, 0) != 0) return Status::IoError(path_ + ": " + std::strerror(errno));
   REFIT_RETURN_NOT_OK(
       WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, path_));
-  if (durable_ && ::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
-  }
+  REFIT_RETURN_NOT_OK(Sync());
   checkpoint_version_ = version;
   other_boot_ = false;
   size_ = kHeaderBytes;
@@ -371,9 +369,11 @@ Status RedoLog::Flush(bool sync) {
   } else if (!unsynced_ || !sync) {
     return Status::OK();
   }
-  unsynced_ = durable_ && !sync;  // a sync covers what earlier unsynced flushes wrote
-  if (sync && durable_ && ::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
+  // A sync covers what earlier unsynced flushes wrote.
+  if (sync) {
+    REFIT_RETURN_NOT_OK(Sync());
+  } else {
+    unsynced_ = durable_;
   }
   size_ += staged_.size();
   staged_.clear();
@@ -515,9 +515,7 @@ Status RedoLog::MarkCurrentBoot() {
   const std::string header = Header(checkpoint_version_, CurrentBootId());
   REFIT_RETURN_NOT_OK(
       WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, path_));
-  if (durable_ && ::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync: " + std::strerror(errno));
-  }
+  REFIT_RETURN_NOT_OK(Sync());
   other_boot_ = false;
   return Status::OK();
 }

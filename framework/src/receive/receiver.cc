@@ -720,23 +720,14 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  // Whether an ack of our version is stored that parses and names us and it: one damaged in
-  // storage (or half re-put when the put failed) is no answer the sender can take.
-  bool HoldsValidAck() {
-    const std::string key = AckKey(id, version);
-    auto bytes = internal::GetStable(*transport, key, internal::kMaxControlBytes);
-    if (!bytes.ok()) return false;
-    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
-    return ack.ok() && ack->receiver == id && ack->version == version;
-  }
-
   // A receiver killed after committing its version locally but before acknowledging it (or
   // whose ack failed to store whole) acknowledges it now, once per process (the sender waits for
   // that ack).
   Result<bool> EnsureAcknowledged() {
     if (ack_checked || version == 0 || applying != 0) return false;
     bool sent = false;
-    if (!HoldsValidAck()) {
+    // One damaged in storage (or half re-put when the put failed) is no answer the sender takes.
+    if (!internal::ReadValidAck(*transport, id, version).has_value()) {
       REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> c, ReadCommit(version));
       if (!c) {
         ack_checked = true;  // the version is gone from the transport: nothing to answer

@@ -434,7 +434,7 @@ struct Sender::Impl {
   // An ack answers any version; a "need full" request answers only a delta (a receiver can
   // always apply a full sync, so for a full version we wait for its ack).
   bool AnswerPresent(const std::string& receiver, uint64_t version, bool* need_full) {
-    if (ValidAck(receiver, version).has_value()) return true;
+    if (internal::ReadValidAck(*transport, receiver, version).has_value()) return true;
     auto request = internal::GetStable(*transport, NeedFullKey(receiver), 1 << 20);
     if (!request.ok()) return false;
     // A receiver can apply any honest full sync, so a full version is answered by a request
@@ -451,18 +451,6 @@ struct Sender::Impl {
     return true;
   }
 
-  // The receiver's ack of `version`, if one is stored that parses and names that receiver and
-  // version: a damaged or misplaced ack object is not an acknowledgement (it is re-read on the
-  // next poll; the receiver re-acknowledges a version it holds when it restarts).
-  std::optional<Ack> ValidAck(const std::string& receiver, uint64_t version) {
-    const std::string key = AckKey(receiver, version);
-    auto bytes = internal::GetStable(*transport, key, internal::kMaxControlBytes);
-    if (!bytes.ok()) return std::nullopt;
-    auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
-    if (!ack.ok() || ack->receiver != receiver || ack->version != version) return std::nullopt;
-    return std::move(ack).value();
-  }
-
   std::string AdvanceLogPath() const {
     return state_dir + "/baseline.r" + std::to_string(rank) + ".redo.log";
   }
@@ -475,6 +463,12 @@ struct Sender::Impl {
     return "pending#end.v" + std::to_string(version);
   }
   static std::string AdvanceId(uint64_t version) { return "advance.v" + std::to_string(version); }
+
+  // Drops the redo log's entries past its committed size (`log_bytes`; a log never committed
+  // keeps only its header).
+  Status DropUncommitted() {
+    return redo->TruncateTo(std::max(log_bytes, internal::RedoLog::HeaderBytes()));
+  }
 
   // Closes the pending changes of `version` with its marker, written, and starts their
   // writeback so that the advance's sync finds them on disk.
@@ -591,9 +585,7 @@ struct Sender::Impl {
     // cut: they were not synced) the baseline was not touched yet (an advance syncs them before
     // any write) and they are dropped: the advance decodes our payloads instead.
     const bool pending = redo->Has(PendingEndId(published_version));
-    if (!pending && redo->HasIdWithPrefix(kPendingPrefix)) {
-      REFIT_RETURN_NOT_OK(redo->TruncateTo(std::max(log_bytes, internal::RedoLog::HeaderBytes())));
-    }
+    if (!pending && redo->HasIdWithPrefix(kPendingPrefix)) REFIT_RETURN_NOT_OK(DropUncommitted());
     internal::TensorResolver resolve;
     std::vector<TensorView> locals;  // what the resolver points into
     if (!pending) {
@@ -641,7 +633,7 @@ struct Sender::Impl {
   Result<bool> TrackChanges(bool full, internal::DeltaWriter& writer) {
     if (full) return false;
     if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
-    REFIT_RETURN_NOT_OK(redo->TruncateTo(std::max(log_bytes, internal::RedoLog::HeaderBytes())));
+    REFIT_RETURN_NOT_OK(DropUncommitted());
     writer.SetChangesSink(PendingChangesSink(redo.get(), kPendingPrefix));
     return true;
   }
@@ -892,7 +884,7 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   m.acks.clear();
   for (const std::string& r : m.receivers) {
-    std::optional<Ack> ack = m.ValidAck(r, m.published_version);
+    std::optional<Ack> ack = internal::ReadValidAck(*m.transport, r, m.published_version);
     if (ack) m.acks.push_back(std::move(*ack));  // else answered with need-full instead
   }
   // A need-full request makes the next version full: it needs no baseline, so this one is not
