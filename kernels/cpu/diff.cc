@@ -14,6 +14,7 @@
 // process from __builtin_cpu_supports (REFIT_KERNELS overrides, see dispatch.h).
 #include "refit/kernels/diff.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -534,6 +535,58 @@ DiffDigest DiffPositionsAndDigestAt(SimdLevel level, const void* old_bits, const
                            &digest, values);
   r.digest = digest.Final();
   return r;
+}
+
+namespace {
+
+// Patches block[0, end - first) (elements first..end of the record) with the changes from *k on
+// that fall before `end`; false when a position is not above the previous one.
+template <uint32_t kElem>
+bool PatchBlock(uint8_t* block, uint64_t first, uint64_t end, const uint64_t* positions,
+                uint64_t count, const uint8_t* values, uint64_t* k, uint64_t* next_allowed) {
+  uint64_t j = *k;
+  uint64_t allowed = *next_allowed;
+  for (; j < count && positions[j] < end; ++j) {
+    const uint64_t p = positions[j];
+    if (p < allowed) return false;
+    allowed = p + 1;
+    std::memcpy(block + (p - first) * kElem, values + j * kElem, kElem);
+  }
+  *k = j;
+  *next_allowed = allowed;
+  return true;
+}
+
+using PatchFn = bool (*)(uint8_t*, uint64_t, uint64_t, const uint64_t*, uint64_t, const uint8_t*,
+                         uint64_t*, uint64_t*);
+
+}  // namespace
+
+PatchedDigest DigestPatched(const void* old_bits, uint64_t n, uint32_t elem_size,
+                            const uint64_t* positions, uint64_t count, const void* values) {
+  constexpr PatchFn kPatch[4] = {&PatchBlock<1>, &PatchBlock<2>, &PatchBlock<4>, &PatchBlock<8>};
+  const int e = ElemIndex(elem_size);
+  if (e < 0) return {};
+  // Small enough to stay in L1 between the copy, the patches and the digest.
+  constexpr uint64_t kBlockBytes = uint64_t{16} << 10;
+  alignas(64) uint8_t block[kBlockBytes];
+  const uint64_t per_block = kBlockBytes / elem_size;
+  const auto* old = static_cast<const uint8_t*>(old_bits);
+  const auto* vals = static_cast<const uint8_t*>(values);
+  DigestStream digest;
+  uint64_t k = 0;
+  uint64_t next_allowed = 0;
+  for (uint64_t first = 0; first < n; first += per_block) {
+    const uint64_t m = std::min(per_block, n - first);
+    if (k == count || positions[k] >= first + m) {  // unchanged: digested where it is
+      digest.Update(old + first * elem_size, m * elem_size);
+      continue;
+    }
+    std::memcpy(block, old + first * elem_size, m * elem_size);
+    if (!kPatch[e](block, first, first + m, positions, count, vals, &k, &next_allowed)) return {};
+    digest.Update(block, m * elem_size);
+  }
+  return {digest.Final(), k == count};
 }
 
 uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size,

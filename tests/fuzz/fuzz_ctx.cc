@@ -6,7 +6,8 @@
 // decoder behind it (a random body almost never carries a valid checksum). The rest is the
 // payload, decoded onto kElems elements (initial bytes i * 7) with guard bytes on both sides.
 // Checks: no crash or sanitizer report, guards intact, a refusal has a one-line message, every
-// kernel level decodes (and re-encodes) alike, and the bits an accepted payload produced survive
+// kernel level decodes (and re-encodes) alike, listing the changes (decode_changes) agrees with
+// decoding in place, and the bits an accepted payload produced survive
 // a round trip through the encoder.
 // Seeds (corpus/ctx/) come from `refit_ctx_measure seeds DIR`.
 #include <cstdio>
@@ -83,6 +84,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(std::memcmp(other.data(), buf.data() + kGuardBytes, bytes) == 0,
                "%s decode wrote other bits than the active level",
                refit::kernels::SimdLevelName(level));
+    // Listing the changes instead (decode_changes) gives the same verdict and, patched into
+    // the initial bits, the same bits; the initial bits are only read.
+    std::vector<uint8_t> old = initial;
+    refit_decode_target_t old_target = target;
+    old_target.bits = old.data();
+    std::vector<uint64_t> listed_positions(kElems);
+    std::vector<uint8_t> listed_values(bytes);
+    const refit::Result<uint64_t> listed =
+        refit::ctx::DecodeChangesAt(level, payload.data(), payload.size(), old_target,
+                                    listed_positions.data(), listed_values.data(), kElems);
+    FUZZ_CHECK(old == initial, "%s listing wrote the old bits",
+               refit::kernels::SimdLevelName(level));
+    FUZZ_CHECK(listed.status().ToString() == st.ToString(), "%s listing says '%s', decode '%s'",
+               refit::kernels::SimdLevelName(level), listed.status().ToString().c_str(),
+               st.ToString().c_str());
+    if (listed.ok()) {
+      for (uint64_t j = 0; j < listed.value(); ++j) {
+        FUZZ_CHECK(listed_positions[j] < kElems &&
+                       (j == 0 || listed_positions[j] > listed_positions[j - 1]),
+                   "listed positions out of order or range");
+        std::memcpy(old.data() + listed_positions[j] * elem_size,
+                    listed_values.data() + j * elem_size, elem_size);
+      }
+      FUZZ_CHECK(std::memcmp(old.data(), buf.data() + kGuardBytes, bytes) == 0,
+                 "%s listed changes differ from the decode", refit::kernels::SimdLevelName(level));
+    }
   }
   if (!st.ok()) {
     FUZZ_CHECK(!st.message().empty(), "empty error message");

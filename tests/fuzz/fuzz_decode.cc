@@ -6,7 +6,7 @@
 // guards are intact, an error fills a one-line message, an overwrite payload that decoded once
 // decodes again to the same bits (idempotent), and the bits an accepted payload produced survive a
 // round trip through the encoder (as a delta from the initial bits, and as a full sync where the
-// encoding can).
+// encoding can), and decode_changes, where an encoding has it, lists what decode wrote.
 //
 // The encodings' plugin sources are compiled into this binary with distinct entry names
 // (tests/fuzz/CMakeLists.txt); a new builtin encoding adds its entry to kEntries below. The same
@@ -14,6 +14,7 @@
 // Seeds in corpus/decode/: <selector byte><payload>, valid payloads of each encoding for kElems
 // elements, e.g. indices_bf16_k5_w4 = 0x0f (1 + 2 * 7), then 01 04 0000 0500000000000000, five u32
 // indices, five u16 values.
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -124,6 +125,50 @@ void CheckRoundTrip(const LoadedEncoding& enc, int32_t dtype, uint32_t elem_size
   FUZZ_CHECK(bits == want, "%s: %s round trip changed the bits", enc.name, what);
 }
 
+// ABI 1.4 decode_changes, where offered: the same verdict as decode (or unsupported), a listing
+// inside its room, ascending and inside the run, that patched into `initial` gives decode's bits;
+// `initial` is only read.
+void CheckListedChanges(const LoadedEncoding& enc, const uint8_t* payload, uint64_t len,
+                        const refit_decode_target_t& target, const std::vector<uint8_t>& initial,
+                        int decode_rc, const uint8_t* decoded) {
+  const refit_encoding_vtable_t* vt = enc.vtable;
+  if (vt->struct_size < offsetof(refit_encoding_vtable_t, decode_changes) + sizeof(void*) ||
+      vt->decode_changes == nullptr) {
+    return;
+  }
+  const uint32_t elem_size = target.elem_size;
+  std::vector<uint8_t> old = initial;
+  refit_decode_target_t old_target = target;
+  old_target.bits = old.data();
+  std::vector<uint64_t> positions(kElems + 1, ~uint64_t{0});  // one guard slot past the room
+  std::vector<uint8_t> values((kElems + 1) * elem_size, kGuardByte);
+  refit_decoded_changes_t listed{};
+  listed.struct_size = sizeof(listed);
+  listed.capacity = kElems;
+  listed.positions = positions.data();
+  listed.values = values.data();
+  refit_error_t err{};
+  const int rc = vt->decode_changes(enc.instance, payload, len, &old_target, &listed, &err);
+  FUZZ_CHECK(old == initial, "%s: decode_changes wrote the old bits", enc.name);
+  FUZZ_CHECK(positions[kElems] == ~uint64_t{0}, "%s: decode_changes wrote past its room", enc.name);
+  for (uint32_t b = 0; b < elem_size; ++b) {
+    FUZZ_CHECK(values[kElems * elem_size + b] == kGuardByte, "%s: a value past the room", enc.name);
+  }
+  if (rc == REFIT_ERR_UNSUPPORTED) return;
+  FUZZ_CHECK((rc == REFIT_OK) == (decode_rc == REFIT_OK), "%s: decode_changes rc %d, decode rc %d",
+             enc.name, rc, decode_rc);
+  if (rc != REFIT_OK) return;
+  FUZZ_CHECK(listed.count <= kElems, "%s: %llu changes listed", enc.name,
+             static_cast<unsigned long long>(listed.count));
+  for (uint64_t j = 0; j < listed.count; ++j) {
+    FUZZ_CHECK(positions[j] < kElems && (j == 0 || positions[j] > positions[j - 1]),
+               "%s: listed positions out of order or range", enc.name);
+    std::memcpy(old.data() + positions[j] * elem_size, values.data() + j * elem_size, elem_size);
+  }
+  FUZZ_CHECK(std::memcmp(old.data(), decoded, old.size()) == 0,
+             "%s: listed changes differ from the decode", enc.name);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -151,6 +196,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   refit_error_t err{};
   const int rc = enc.vtable->decode(enc.instance, payload, len, &target, &err);
   FUZZ_CHECK(GuardsIntact(buf, bytes), "%s decode (rc %d) wrote outside the target", enc.name, rc);
+  CheckListedChanges(enc, payload, len, target, initial, rc, buf.data() + kGuardBytes);
   if (rc != REFIT_OK) {
     FUZZ_CHECK(err.code == rc, "%s: error code %d but rc %d", enc.name, err.code, rc);
     FUZZ_CHECK(err.message[0] != '\0', "%s: empty error message (rc %d)", enc.name, rc);

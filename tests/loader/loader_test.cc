@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -287,7 +289,8 @@ TEST(LoaderErrors, VtableTooSmall) {
   const std::string path = Fixture("fixture_c_small_vtable");
   ExpectRefused(path, StatusCode::kUnsupported,
                 "plugin " + path + ": encoding 'c_copy': vtable struct_size 8 is smaller than " +
-                    "the ABI 1 size " + std::to_string(sizeof(refit_encoding_vtable_t)));
+                    "the ABI 1 size " +
+                    std::to_string(offsetof(refit_encoding_vtable_t, decode_changes)));
 }
 
 TEST(LoaderErrors, UnknownKind) {
@@ -809,6 +812,75 @@ TEST(Wrappers, EncodeOverreportingItsSizeIsAnError) {
   EXPECT_EQ(size.status().code(), StatusCode::kInternal);
   EXPECT_EQ(size.status().message(),
             "encoding 'liar': encode reported 5 bytes written into a buffer of 4");
+}
+
+// An encoding whose decode_changes claims one change more than the room it was given.
+class OverListingEncoding : public LyingEncoding {
+ public:
+  static Result<std::unique_ptr<OverListingEncoding>> Create(const sdk::ConfigView&) {
+    return std::make_unique<OverListingEncoding>();
+  }
+  Result<uint64_t> DecodeChanges(const uint8_t*, uint64_t, const refit_decode_target_t&, uint64_t*,
+                                 uint8_t*, uint64_t capacity) const {
+    return capacity + 1;
+  }
+};
+
+int NeverCalledDecodeChanges(void*, const uint8_t*, uint64_t, const refit_decode_target_t*,
+                             refit_decoded_changes_t*, refit_error_t*) {
+  std::abort();
+}
+
+// The over-lister's vtable cut to its ABI 1.3 size, a non-null pointer left past the end: the
+// host must not read the slot.
+const refit_encoding_vtable_t* VtableOfAbi13() {
+  static refit_encoding_vtable_t vt = [] {
+    refit_encoding_vtable_t v = *static_cast<const refit_encoding_vtable_t*>(
+        sdk::MakeEncoding<OverListingEncoding>("x", "x").vtable);
+    v.struct_size = offsetof(refit_encoding_vtable_t, decode_changes);
+    v.decode_changes = &NeverCalledDecodeChanges;
+    return v;
+  }();
+  return &vt;
+}
+
+TEST(Wrappers, DecodeChangesIsOfferedOnlyWhereTheVtableHasIt) {
+  static refit_component_t rows[3] = {
+      sdk::MakeEncoding<LyingEncoding>("plain", "no DecodeChanges member"),
+      sdk::MakeEncoding<OverListingEncoding>("overlister", "lists more than its room"),
+      sdk::MakeEncoding<OverListingEncoding>("abi13", "a 1.3-sized vtable")};
+  rows[2].vtable = VtableOfAbi13();
+  static const refit_plugin_t plugin = {
+      sizeof(refit_plugin_t), REFIT_ABI_MAJOR, REFIT_ABI_MINOR, "listing", "0", rows, 3};
+  Registry registry;
+  ASSERT_OK(registry.RegisterPlugin(&plugin, nullptr, "listing"));
+  uint8_t old_bits[8] = {};
+  refit_decode_target_t old{};
+  old.struct_size = sizeof(old);
+  old.dtype = REFIT_DTYPE_U8;
+  old.elem_size = 1;
+  old.n_elems = 8;
+  old.bits = old_bits;
+  uint64_t positions[4];
+  uint8_t values[4];
+  refit_decoded_changes_t listed{};
+  listed.struct_size = sizeof(listed);
+  listed.capacity = 4;
+  listed.positions = positions;
+  listed.values = values;
+  for (const char* name : {"plain", "abi13"}) {
+    Result<std::unique_ptr<Encoding>> enc = registry.CreateEncoding(name);
+    ASSERT_TRUE(enc.ok()) << enc.status().ToString();
+    EXPECT_FALSE((*enc)->can_decode_changes()) << name;
+    EXPECT_EQ((*enc)->DecodeChanges(old_bits, 0, old, &listed).code(), StatusCode::kUnsupported)
+        << name;
+  }
+  Result<std::unique_ptr<Encoding>> over = registry.CreateEncoding("overlister");
+  ASSERT_TRUE(over.ok());
+  ASSERT_TRUE((*over)->can_decode_changes());
+  Status st = (*over)->DecodeChanges(old_bits, 0, old, &listed);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_EQ(st.message(), "encoding 'overlister': decode_changes listed 5 changes into room for 4");
 }
 
 TEST(Wrappers, RegisterPluginIsAllOrNothing) {

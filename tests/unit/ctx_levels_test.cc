@@ -92,6 +92,45 @@ Case MakeCase(int32_t dtype, uint64_t n, double density, uint64_t seed, bool wid
 
 std::string Name(SimdLevel level) { return kernels::SimdLevelName(level); }
 
+// DecodeChangesAt at `level` lists what DecodeAt did in place: the same verdict (decoded_status)
+// and, when accepted, strictly ascending positions whose values patched into the old bits give
+// decoded_bits; the old bits are only read.
+void ExpectListedChangesMatch(SimdLevel level, const Case& c, const std::vector<uint8_t>& payload,
+                              const Status& decoded_status,
+                              const std::vector<uint8_t>& decoded_bits, const std::string& what) {
+  const std::vector<uint8_t> old = c.old_bits;
+  refit_decode_target_t t{};
+  t.struct_size = sizeof(t);
+  t.dtype = c.dtype;
+  t.elem_size = c.elem_size;
+  t.n_elems = c.n();
+  t.bits = const_cast<uint8_t*>(old.data());
+  std::vector<uint64_t> positions(c.n());
+  std::vector<uint8_t> values(c.n() * c.elem_size);
+  Result<uint64_t> count = ctx::DecodeChangesAt(level, payload.data(), payload.size(), t,
+                                                positions.data(), values.data(), c.n());
+  ASSERT_TRUE(old == c.old_bits) << what << ": " << Name(level) << " listing wrote the old bits";
+  ASSERT_EQ(count.status().ToString(), decoded_status.ToString())
+      << what << ": " << Name(level) << " listing and in-place decode disagree";
+  if (!count.ok()) return;
+  std::vector<uint8_t> patched = old;
+  for (uint64_t j = 0; j < *count; ++j) {
+    ASSERT_LT(positions[j], c.n()) << what;
+    if (j > 0) {
+      ASSERT_GT(positions[j], positions[j - 1]) << what << ": not ascending at " << j;
+    }
+    std::memcpy(patched.data() + positions[j] * c.elem_size, values.data() + j * c.elem_size,
+                c.elem_size);
+  }
+  ASSERT_TRUE(patched == decoded_bits)
+      << what << ": " << Name(level) << " listed changes differ from the in-place decode";
+  if (*count == 0) return;
+  // Room for one change fewer: refused, nothing written past it.
+  Result<uint64_t> short_room = ctx::DecodeChangesAt(level, payload.data(), payload.size(), t,
+                                                     positions.data(), values.data(), *count - 1);
+  ASSERT_FALSE(short_room.ok()) << what << ": " << Name(level) << " overran its room";
+}
+
 // Every level's payload equals the scalar one, and every level decodes it to the new bits.
 void ExpectLevelsAgree(Case& c, const std::string& what,
                        ctx::CodedForm form = ctx::CodedForm::kAuto) {
@@ -114,6 +153,7 @@ void ExpectLevelsAgree(Case& c, const std::string& what,
     Status st = ctx::DecodeAt(level, reference.data(), reference.size(), c.Target(&bits));
     ASSERT_TRUE(st.ok()) << what << " at " << Name(level) << ": " << st.ToString();
     ASSERT_TRUE(bits == c.new_bits) << what << ": " << Name(level) << " decode is not bit-exact";
+    ExpectListedChangesMatch(level, c, reference, st, bits, what);
   }
 }
 
@@ -141,6 +181,7 @@ void ExpectSameDecodeAtEveryLevel(const Case& c, const std::vector<uint8_t>& pay
           << what << ": " << Name(level) << " wrote after the target";
     }
     std::vector<uint8_t> bits(buf.begin() + kGuard, buf.end() - kGuard);
+    ExpectListedChangesMatch(level, c, payload, st, bits, what);
     if (level == SimdLevel::kScalar) {
       reference = st;
       reference_bits = bits;

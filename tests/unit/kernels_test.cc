@@ -149,6 +149,51 @@ TEST(Digest, StreamOverPiecesEqualsOneShot) {
   EXPECT_NE(Digest64(data.data(), data.size()), whole);
 }
 
+// The old bits with the changes patched in digest as the patched copy does, for every element
+// size, around the patch blocks' edges (16 KiB), with changes in the first and last elements.
+TEST(Digest, PatchedEqualsDigestOfThePatchedCopy) {
+  std::mt19937_64 rng(0x9a7c);
+  const uint64_t lengths[] = {1, 2, 100, 8191, 8192, 8193, 40000, 300001};
+  for (uint32_t elem_size : {1u, 2u, 4u, 8u}) {
+    for (uint64_t n : lengths) {
+      for (double density : {0.0, 0.001, 0.015, 0.5, 1.0}) {
+        const Case c{elem_size, density, n};
+        std::vector<uint8_t> old_bits(n * elem_size);
+        for (auto& b : old_bits) b = static_cast<uint8_t>(rng());
+        std::vector<uint8_t> new_bits = old_bits;
+        Mutate(&new_bits, n, elem_size, density, &rng);
+        if (density > 0) new_bits[0] ^= 1, new_bits[n * elem_size - 1] ^= 0x80;
+        const std::vector<uint64_t> positions =
+            ReferencePositions(old_bits, new_bits, n, elem_size);
+        std::vector<uint8_t> values;
+        for (uint64_t p : positions) {
+          values.insert(values.end(), new_bits.begin() + p * elem_size,
+                        new_bits.begin() + (p + 1) * elem_size);
+        }
+        const std::vector<uint8_t> before = old_bits;
+        const PatchedDigest pd = DigestPatched(old_bits.data(), n, elem_size, positions.data(),
+                                               positions.size(), values.data());
+        ASSERT_TRUE(pd.positions_valid) << CaseName(c);
+        EXPECT_EQ(pd.digest, Digest64(new_bits.data(), new_bits.size())) << CaseName(c);
+        EXPECT_TRUE(old_bits == before) << CaseName(c) << ": the old bits were written";
+      }
+    }
+  }
+}
+
+// Positions out of order, repeated or past the end are reported, not patched somewhere.
+TEST(Digest, PatchedRefusesBadPositions) {
+  std::vector<uint8_t> old_bits(20000 * 2, 7);
+  const std::vector<uint8_t> values(8, 1);
+  const std::vector<std::vector<uint64_t>> bad = {
+      {5, 4}, {5, 5}, {20000}, {3, 19999, 20000}, {9000, 100}, {0, 8192, 8191}};
+  for (const auto& positions : bad) {
+    const PatchedDigest pd =
+        DigestPatched(old_bits.data(), 20000, 2, positions.data(), positions.size(), values.data());
+    EXPECT_FALSE(pd.positions_valid) << positions.size() << " positions, first " << positions[0];
+  }
+}
+
 TEST(Digest, KnownValue) {
   // xxh3-64 of the empty input (XXH3_64bits, no seed): the wire format depends on this exact
   // function.

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 3
+#define REFIT_ABI_MINOR 4
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -44,18 +44,14 @@ typedef enum refit_component_kind {
 
 /* How a record changes the receiver's bits. Overwrite is idempotent; xor/step are not and are
  * applied exactly once (journaled). */
-typedef enum refit_op {
-  REFIT_OP_OVERWRITE = 0,
-  REFIT_OP_XOR = 1,
-  REFIT_OP_STEP = 2
-} refit_op_t;
+typedef enum refit_op { REFIT_OP_OVERWRITE = 0, REFIT_OP_XOR = 1, REFIT_OP_STEP = 2 } refit_op_t;
 
 typedef enum refit_config_type {
   REFIT_CFG_STRING = 1,
   REFIT_CFG_INT = 2,
   REFIT_CFG_BOOL = 3,
   REFIT_CFG_DOUBLE = 4,
-  REFIT_CFG_SIZE = 5,        /* integer bytes or a string like "512MiB" */
+  REFIT_CFG_SIZE = 5, /* integer bytes or a string like "512MiB" */
   REFIT_CFG_STRING_LIST = 6
 } refit_config_type_t;
 
@@ -65,7 +61,7 @@ typedef enum refit_config_type {
  * of every row. */
 typedef struct refit_config_key {
   const char* name;
-  int32_t type; /* refit_config_type_t */
+  int32_t type;              /* refit_config_type_t */
   const char* default_value; /* as TOML text, documentation only; NULL if required */
   const char* description;
 } refit_config_key_t;
@@ -105,14 +101,15 @@ typedef struct refit_host_api {
 /* One contiguous run of elements to encode (a record's box, row-major). */
 typedef struct refit_encode_input {
   uint32_t struct_size;
-  int32_t dtype;            /* refit_dtype_t */
-  uint32_t elem_size;       /* bytes per element: 1, 2, 4 or 8 */
+  int32_t dtype;      /* refit_dtype_t */
+  uint32_t elem_size; /* bytes per element: 1, 2, 4 or 8 */
   uint32_t reserved;
   uint64_t n_elems;
-  const void* old_bits;     /* receiver's current bits; NULL for a full (dense) sync */
-  const void* new_bits;     /* sender's new bits */
-  const uint64_t* positions;/* sorted indices where old != new bitwise; NULL when old_bits is NULL */
-  uint64_t n_changed;       /* number of positions (n_elems when old_bits is NULL) */
+  const void* old_bits; /* receiver's current bits; NULL for a full (dense) sync */
+  const void* new_bits; /* sender's new bits */
+  const uint64_t*
+      positions;      /* sorted indices where old != new bitwise; NULL when old_bits is NULL */
+  uint64_t n_changed; /* number of positions (n_elems when old_bits is NULL) */
   /* ABI 1.2 (read only when struct_size covers them; each may be NULL): the old and the new bits
    * of the n_changed changed elements, packed in position order (n_changed * elem_size bytes).
    * The host gathers them during its diff, while the elements are in cache; an encoding reads
@@ -132,8 +129,18 @@ typedef struct refit_decode_target {
   void* bits;
 } refit_decode_target_t;
 
+/* ABI 1.4: where decode_changes lists a record's changes. */
+typedef struct refit_decoded_changes {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t capacity;   /* room in positions and values, in changes */
+  uint64_t* positions; /* out: the changed elements' indices, strictly ascending */
+  void* values;        /* out: their new bits, packed in position order (elem_size each) */
+  uint64_t count;      /* out: how many were listed */
+} refit_decoded_changes_t;
+
 /* Capability flags of an encoding. */
-#define REFIT_ENC_CAP_FULL_SYNC 0x1u  /* can encode with old_bits == NULL (dense) */
+#define REFIT_ENC_CAP_FULL_SYNC 0x1u /* can encode with old_bits == NULL (dense) */
 /* ABI 1.3: the `auto` encoding does not try it unless a config names it as a candidate (an
  * encoding that never wins on size, such as a plain copy of every element). */
 #define REFIT_ENC_CAP_NOT_AUTO 0x2u
@@ -160,6 +167,14 @@ typedef struct refit_encoding_vtable {
   /* payload is untrusted: validate every length/count/position before touching target. */
   int (*decode)(void* instance, const uint8_t* payload, uint64_t len,
                 const refit_decode_target_t* target, refit_error_t* err);
+  /* ABI 1.4, optional (NULL, or past the vtable's struct_size: not offered). Decodes like decode
+   * but writes nothing to target, whose bits are the old bits, read only: the changes decode
+   * would make are listed in *changes. A payload of more than changes->capacity changes is
+   * REFIT_ERR_CORRUPT; REFIT_ERR_UNSUPPORTED means this payload must be decoded in place (the
+   * host then calls decode on a copy of the old bits). */
+  int (*decode_changes)(void* instance, const uint8_t* payload, uint64_t len,
+                        const refit_decode_target_t* old, refit_decoded_changes_t* changes,
+                        refit_error_t* err);
 } refit_encoding_vtable_t;
 
 /* ---------------------------------------------------------------- transports */
@@ -187,7 +202,8 @@ typedef struct refit_transport_vtable {
              refit_error_t* err);
   /* *found_p = 0 and REFIT_OK when the key does not exist. */
   int (*size)(void* instance, const char* key, uint64_t* size_p, int* found_p, refit_error_t* err);
-  /* Reads exactly len bytes at offset into buf (ranged read); a short object is REFIT_ERR_CORRUPT. */
+  /* Reads exactly len bytes at offset into buf (ranged read); a short object is REFIT_ERR_CORRUPT.
+   */
   int (*get)(void* instance, const char* key, uint64_t offset, uint8_t* buf, uint64_t len,
              refit_error_t* err);
   /* Calls cb once per key starting with prefix (any order). */
@@ -253,7 +269,8 @@ typedef struct refit_component {
   uint64_t capabilities;
   const refit_config_key_t* config_keys;
   size_t n_config_keys;
-  const void* vtable; /* refit_encoding_vtable_t*, refit_transport_vtable_t* or refit_layout_vtable_t* */
+  const void*
+      vtable; /* refit_encoding_vtable_t*, refit_transport_vtable_t* or refit_layout_vtable_t* */
   /* ABI 1.3 (read only when struct_size covers them). */
   /* sizeof the rows of config_keys, at least sizeof(refit_config_key_t) of ABI 1.0; 0 means that
    * size. Lets the key row grow without breaking older hosts. */
@@ -274,7 +291,8 @@ typedef struct refit_plugin {
   size_t n_components;
   /* ABI 1.3, optional (NULL, or absent when struct_size ends before it): called once when the
    * host no longer needs anything of this table, after every instance is destroyed and before
-   * the library is unloaded. Releases what the entry point set up; it may still log through the host API. */
+   * the library is unloaded. Releases what the entry point set up; it may still log through the
+   * host API. */
   void (*fini)(void);
 } refit_plugin_t;
 

@@ -66,6 +66,13 @@ class REFIT_API Encoding {
   // Returns the number of bytes written to out.
   Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
   Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) const;
+  // Whether the encoding lists a record's changes without writing (ABI 1.4 decode_changes).
+  bool can_decode_changes() const;
+  // The changes decoding the record onto `old` would make, listed into `changes` (see
+  // plugin_abi.h); Unsupported: this payload is decoded in place only. Checks what the plugin
+  // reports: count <= capacity.
+  Status DecodeChanges(const uint8_t* payload, uint64_t len, const refit_decode_target_t& old,
+                       refit_decoded_changes_t* changes) const;
 
  private:
   friend class Registry;

@@ -1,6 +1,7 @@
 // The C++ handles around plugin instances (Encoding, Transport, Layout): each call goes through
 // the plugin's vtable, and its results are checked before the framework trusts them.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -50,6 +51,30 @@ Status Encoding::Decode(const uint8_t* payload, uint64_t len,
   refit_error_t err{};
   int rc = vtable_->decode(instance_, payload, len, &target, &err);
   return StatusFromPlugin(rc, err, Describe(*info_) + ": decode");
+}
+
+bool Encoding::can_decode_changes() const {
+  return vtable_->struct_size >=
+             offsetof(refit_encoding_vtable_t, decode_changes) + sizeof(vtable_->decode_changes) &&
+         vtable_->decode_changes != nullptr;
+}
+
+Status Encoding::DecodeChanges(const uint8_t* payload, uint64_t len,
+                               const refit_decode_target_t& old,
+                               refit_decoded_changes_t* changes) const {
+  if (!can_decode_changes()) {
+    return Status::Unsupported(Describe(*info_) + ": no decode_changes");
+  }
+  refit_error_t err{};
+  changes->count = 0;
+  int rc = vtable_->decode_changes(instance_, payload, len, &old, changes, &err);
+  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info_) + ": decode_changes");
+  if (changes->count > changes->capacity) {
+    return Status::Internal(Describe(*info_) + ": decode_changes listed " +
+                            std::to_string(changes->count) + " changes into room for " +
+                            std::to_string(changes->capacity));
+  }
+  return Status::OK();
 }
 
 // ------------------------------------------------------------------ Transport

@@ -31,7 +31,8 @@ constexpr uint32_t kMinPluginSize = offsetof(refit_plugin_t, fini);
 constexpr uint32_t kMinComponentSize = offsetof(refit_component_t, config_key_size);
 // The ABI 1.0 config key row; a component declares a larger one from ABI 1.3 on.
 constexpr uint32_t kMinConfigKeySize = sizeof(refit_config_key_t);
-constexpr uint32_t kMinEncodingVtableSize = sizeof(refit_encoding_vtable_t);
+// decode_changes (ABI 1.4) is optional: an older encoding table ends before it.
+constexpr uint32_t kMinEncodingVtableSize = offsetof(refit_encoding_vtable_t, decode_changes);
 constexpr uint32_t kMinTransportVtableSize = sizeof(refit_transport_vtable_t);
 // list_local (ABI 1.1) is optional: a 1.0 layout table ends before it.
 constexpr uint32_t kMinLayoutVtableSize = offsetof(refit_layout_vtable_t, list_local);

@@ -239,8 +239,56 @@ struct RecordChanges {
   double verify_seconds = 0;
 };
 
-// Decodes a record into scratch against the target's current bits (read where they are when
-// the box is contiguous), then diffs and digests the result in one pass: the changes, verified.
+Status DigestMismatch(const Payload& payload, size_t index, uint64_t got) {
+  return Status::Corrupt(RecordWhere(payload, index) + ": digest mismatch after apply (expected " +
+                         HexDigest(payload.records()[index].digest) + ", got " + HexDigest(got) +
+                         ")");
+}
+
+// The encoding lists the record's changes against the old bits (decode_changes), which are then
+// verified by digesting the old bits with the changes patched in, block by block in cache: one
+// read pass, no copy of the record. Unsupported: this payload decodes in place only.
+Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
+                   const uint8_t* old_bits, uint64_t n, const Stopwatch& decode,
+                   RecordChanges* out) {
+  const RecordHeader& r = payload.records()[index];
+  const uint32_t elem = SizeOf(r.dtype);
+  // Room for the changes the header declares (a payload coding more is refused), at most n.
+  const uint64_t capacity = std::min<uint64_t>(r.changed, n);
+  out->positions.resize(capacity);
+  out->values.resize(capacity * elem);
+  refit_decode_target_t old{};
+  old.struct_size = sizeof(old);
+  old.dtype = static_cast<int32_t>(r.dtype);
+  old.elem_size = elem;
+  old.n_elems = n;
+  old.bits = const_cast<uint8_t*>(old_bits);  // read only: decode_changes never writes it
+  refit_decoded_changes_t listed{};
+  listed.struct_size = sizeof(listed);
+  listed.capacity = capacity;
+  listed.positions = out->positions.data();
+  listed.values = out->values.data();
+  Status st = enc.DecodeChanges(payload.record_bytes(r), r.data_end - r.data_begin, old, &listed);
+  if (!st.ok())
+    return st.code() == StatusCode::kUnsupported ? st : st.WithContext(RecordWhere(payload, index));
+  out->positions.resize(listed.count);
+  out->values.resize(listed.count * elem);
+  out->decode_seconds = decode.Seconds();
+  Stopwatch verify;
+  const kernels::PatchedDigest pd = kernels::DigestPatched(old_bits, n, elem, out->positions.data(),
+                                                           listed.count, out->values.data());
+  out->verify_seconds = verify.Seconds();
+  if (!pd.positions_valid) {
+    return Status::Internal(RecordWhere(payload, index) + ": encoding '" + enc.name() +
+                            "' listed positions that are not ascending or fall outside the record");
+  }
+  if (pd.digest != r.digest) return DigestMismatch(payload, index, pd.digest);
+  return Status::OK();
+}
+
+// Decodes a record into its verified changes against the target's current bits (read where they
+// are when the box is contiguous, else gathered into scratch): listed by the encoding when it
+// can, else decoded into a scratch copy of the old bits and diffed and digested in one pass.
 Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
                       const TensorView& target, const Box& box, std::vector<uint8_t>& scratch,
                       RecordChanges* out) {
@@ -249,10 +297,13 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   const uint64_t n = BoxElements(box);
   const uint64_t bytes = n * elem;
   const bool contiguous = BoxIsContiguous(target.shape, box);
+  out->positions.clear();
+  out->values.clear();
   Stopwatch decode;
-  if (scratch.size() < (contiguous ? bytes : 2 * bytes))
-    scratch.resize(contiguous ? bytes : 2 * bytes);
-  uint8_t* new_bits = scratch.data();
+  // [0, bytes): the decoded copy (when decoded in place); [bytes, 2 bytes): a gathered box.
+  const auto need_scratch = [&](uint64_t size) {
+    if (scratch.size() < size) scratch.resize(size);
+  };
   const uint8_t* old_bits;
   if (contiguous) {
     old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
@@ -260,23 +311,26 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
     // so neither this read nor those writes fault page by page.
     PrefaultForWrite(const_cast<uint8_t*>(old_bits), bytes, r.changed);
   } else {
+    need_scratch(2 * bytes);
     GatherBox(target.bytes(), target.shape, box, elem, scratch.data() + bytes);
     old_bits = scratch.data() + bytes;
   }
+  if (enc.can_decode_changes()) {
+    Status listed = ListChanges(payload, index, enc, old_bits, n, decode, out);
+    if (listed.code() != StatusCode::kUnsupported) return listed;
+    out->positions.clear();
+    out->values.clear();
+  }
+  need_scratch(bytes);
+  uint8_t* new_bits = scratch.data();
   std::memcpy(new_bits, old_bits, bytes);
   REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, new_bits, n));
   out->decode_seconds = decode.Seconds();
   Stopwatch verify;
-  out->positions.clear();
-  out->values.clear();
   const kernels::DiffDigest dd = kernels::DiffPositionsAndDigest(
       old_bits, new_bits, n, elem, &out->positions, {nullptr, &out->values});
   out->verify_seconds = verify.Seconds();
-  if (dd.digest != r.digest) {
-    return Status::Corrupt(RecordWhere(payload, index) +
-                           ": digest mismatch after apply (expected " + HexDigest(r.digest) +
-                           ", got " + HexDigest(dd.digest) + ")");
-  }
+  if (dd.digest != r.digest) return DigestMismatch(payload, index, dd.digest);
   return Status::OK();
 }
 

@@ -50,9 +50,10 @@ struct ApplySink {
   // target changes (the receiver marks its model `applying` and opens its journal there).
   std::function<Status()> before_write;
   bool began_writing = false;  // before_write was called (ApplyPayload calls it only once)
-  // With a redo log (read after before_write), every record is decoded and verified in
-  // scratch, its changes logged (one sync per window of records) and only then written: applied
-  // exactly once and durable without syncing the file (journal.h). Without one (attached memory,
+  // With a redo log (read after before_write), every record's changes are listed
+  // (decode_changes) or decoded in scratch, and verified, then logged (one sync per window of
+  // records) and only then written: applied exactly once and durable without syncing the file
+  // (journal.h). Without one (attached memory,
   // a full sync's new file, an offline apply into a copy) records are decoded in place.
   RedoLog* journal = nullptr;
   CoverageTracker* coverage = nullptr;  // full syncs

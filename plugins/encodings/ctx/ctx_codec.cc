@@ -1318,13 +1318,82 @@ bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint
   return ok;
 }
 
+// ------------------------------------------------------------------ where the changes go
+//
+// The walks read old bits through out.old() and hand each change's new bits to out.Put, or a
+// chunk's changes (slot by slot, so not in position order) to out.PutChunk. An element's old
+// bits are read before its change is put, so in place they are still the old ones.
+
+// Decode: each change is stored into the target.
+struct InPlaceOut {
+  uint8_t* bits;
+  const uint8_t* old() const { return bits; }
+  template <typename T>
+  CTX_INLINE void Put(uint64_t i, T v) {
+    StoreElem<T>(bits, i, v);
+  }
+  template <typename T>
+  CTX_INLINE void PutChunk(uint64_t /*chunk*/, const uint64_t* positions, const uint64_t* steps,
+                           uint64_t pending, bool is_float) {
+    for (uint64_t e = 0; e < pending; ++e) {
+      const uint64_t i = positions[e];
+      StoreElem<T>(bits, i,
+                   AddOrderedStep<T>(LoadElem<T>(bits, i), static_cast<T>(steps[e]), is_float));
+    }
+  }
+};
+
+// DecodeChanges: the target is only read; each change's position and new bits are appended to
+// the caller's lists in ascending position order (a count past `capacity` is kept but nothing
+// stored: the caller refuses the record).
+struct ListedOut {
+  const uint8_t* old_bits;
+  uint64_t* positions;
+  uint8_t* values;
+  uint64_t capacity;
+  uint64_t count;
+  uint64_t* chunk_seen;   // a bit per element of a chunk, all clear between chunks
+  uint16_t* chunk_entry;  // per element of a chunk: its index in the chunk's pending changes
+  const uint8_t* old() const { return old_bits; }
+  template <typename T>
+  CTX_INLINE void Put(uint64_t i, T v) {
+    if (count < capacity) {
+      positions[count] = i;
+      StoreElem<T>(values, count, v);
+    }
+    ++count;
+  }
+  // Sorts the chunk's changes by marking them in a bitmap of the chunk (its changes number up
+  // to the chunk's size: a bitmap walk is cheaper than a comparison sort).
+  template <typename T>
+  CTX_INLINE void PutChunk(uint64_t chunk, const uint64_t* pending_positions, const uint64_t* steps,
+                           uint64_t pending, bool is_float) {
+    uint64_t words = 0;
+    for (uint64_t e = 0; e < pending; ++e) {
+      const uint64_t at = pending_positions[e] - chunk;
+      chunk_seen[at >> 6] |= uint64_t{1} << (at & 63);
+      chunk_entry[at] = static_cast<uint16_t>(e);
+      words = std::max(words, (at >> 6) + 1);
+    }
+    for (uint64_t w = 0; w < words; ++w) {
+      for (uint64_t m = chunk_seen[w]; m != 0; m &= m - 1) {
+        const uint64_t at = w * 64 + static_cast<uint64_t>(__builtin_ctzll(m));
+        const uint64_t i = chunk + at;
+        Put(i, AddOrderedStep<T>(LoadElem<T>(old_bits, i), static_cast<T>(steps[chunk_entry[at]]),
+                                 is_float));
+      }
+      chunk_seen[w] = 0;
+    }
+  }
+};
+
 // Applies the change at element i (of class slot `slot`, whose old bits are old_bits) and returns
 // the run of class members to its class's next change; sets *bad (and applies nothing) when the
 // payload codes an impossible step. The coder is a local of the walk (in registers: the element
 // stores through a byte pointer could alias it otherwise).
-template <typename T, typename Coder>
+template <typename T, typename Coder, typename Out>
 CTX_INLINE uint64_t ApplyChange(Coder& coder, uint64_t* done, const DTypeSpec& spec, uint32_t slot,
-                                uint8_t* bits, uint64_t i, T old_bits, bool* bad) {
+                                Out& out, uint64_t i, T old_bits, bool* bad) {
   uint32_t negative = 0;
   uint64_t magnitude;
   const uint64_t run = coder.template Next<T>(slot, &negative, &magnitude);
@@ -1332,16 +1401,17 @@ CTX_INLINE uint64_t ApplyChange(Coder& coder, uint64_t* done, const DTypeSpec& s
     *bad = true;
     return 0;
   }
-  StoreElem<T>(bits, i, ApplyStep<T>(old_bits, negative, magnitude, spec.is_float));
+  out.Put(i, ApplyStep<T>(old_bits, negative, magnitude, spec.is_float));
   ++*done;
   return run;
 }
 
 // The scalar path: walks every element, counting each slot down to its next change.
-template <typename T, typename ClassFn, typename Coder>
+template <typename T, typename ClassFn, typename Coder, typename Out>
 Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
-                    Coder& st_coder, uint64_t& st_done, const uint64_t* first_runs, uint8_t* bits) {
+                    Coder& st_coder, uint64_t& st_done, const uint64_t* first_runs, Out& st_out) {
   Coder coder = st_coder;
+  Out out = st_out;
   uint64_t done = st_done;
   // Remaining unchanged members before each slot's next change; elements of no slot never
   // change (their entry never counts down to 0).
@@ -1350,36 +1420,39 @@ Status DecodeScalar(const Header& h, const DTypeSpec& spec, ClassFn cls, const S
   remaining[kNoSlot] = ~uint64_t{0};
   Status status;
   for (uint64_t i = 0; i < h.n && done < h.k; ++i) {
-    const T old_bits = LoadElem<T>(bits, i);
+    const T old_bits = LoadElem<T>(out.old(), i);
     const uint32_t slot = slots.of[cls(old_bits)];
     if (remaining[slot] != 0) {
       --remaining[slot];
       continue;
     }
     bool bad = false;
-    remaining[slot] = ApplyChange<T>(coder, &done, spec, slot, bits, i, old_bits, &bad);
+    remaining[slot] = ApplyChange<T>(coder, &done, spec, slot, out, i, old_bits, &bad);
     if (bad) {
       status = StepTooLarge(i);
       break;
     }
   }
   st_coder = coder;
+  st_out = out;
   st_done = done;
   return status;
 }
 
 // One slot of every class (integers, bool, or classes merged): the run is the distance to the
 // next change, no counting at all.
-template <typename T, typename Coder>
+template <typename T, typename Coder, typename Out>
 Status DecodeJumps(const Header& h, const DTypeSpec& spec, Coder& st_coder, uint64_t& st_done,
-                   const uint64_t* first_runs, uint8_t* bits) {
+                   const uint64_t* first_runs, Out& st_out) {
   Coder coder = st_coder;
+  Out out = st_out;
   uint64_t done = st_done;
   uint64_t i = first_runs[0];
   Status status;
   while (done < h.k && i < h.n) {
     bool bad = false;
-    const uint64_t run = ApplyChange<T>(coder, &done, spec, 0, bits, i, LoadElem<T>(bits, i), &bad);
+    const uint64_t run =
+        ApplyChange<T>(coder, &done, spec, 0, out, i, LoadElem<T>(out.old(), i), &bad);
     if (bad) {
       status = StepTooLarge(i);
       break;
@@ -1387,6 +1460,7 @@ Status DecodeJumps(const Header& h, const DTypeSpec& spec, Coder& st_coder, uint
     i = run >= h.n - i ? h.n : i + 1 + run;
   }
   st_coder = coder;
+  st_out = out;
   st_done = done;
   return status;
 }
@@ -1401,10 +1475,10 @@ Status DecodeJumps(const Header& h, const DTypeSpec& spec, Coder& st_coder, uint
 // kSlots (a multiple of 8, >= the record's slots) makes the slot loop a fixed, unrolled one: the
 // slots past the record's count whatever class bytes they meet but start at a countdown that no
 // record can bring below 0 (n < 2^62), so they never fire.
-template <typename T, typename ClassFn, typename Ops, uint32_t kSlots, typename Coder>
+template <typename T, typename ClassFn, typename Ops, uint32_t kSlots, typename Coder, typename Out>
 CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassFn cls,
                                   const Slots& slots, Coder& coder, uint64_t& done,
-                                  const uint64_t* first_runs, uint8_t* bits) {
+                                  const uint64_t* first_runs, Out& out) {
   const uint64_t n = h.n;
   int64_t remaining[kSlots];
   for (uint32_t slot = 0; slot < kSlots; ++slot) {
@@ -1414,7 +1488,7 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
   alignas(64) uint8_t tail[kBlockElems * sizeof(T)] = {};
   for (uint64_t base = 0; base < n; base += kBlockElems) {
     typename Ops::Classes v;
-    const uint64_t valid = LoadBlock<T, Ops>(bits, base, n, cls, tail, &v);
+    const uint64_t valid = LoadBlock<T, Ops>(out.old(), base, n, cls, tail, &v);
     // Bit s: slot s reaches its next change in this block. (Collected here, not by a vector
     // compare of `remaining` afterwards: a wide load of just-stored counters cannot be forwarded
     // from the stores and stalls.)
@@ -1437,10 +1511,10 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
       const uint32_t at = static_cast<uint32_t>(__builtin_ctzll(events));
       events &= events - 1;
       const uint64_t i = base + at;
-      const T old_bits = LoadElem<T>(bits, i);
+      const T old_bits = LoadElem<T>(out.old(), i);
       const uint32_t slot = slots.of[cls(old_bits)];  // fired: in a slot
       bool bad = false;
-      const uint64_t run = ApplyChange<T>(coder, &done, spec, slot, bits, i, old_bits, &bad);
+      const uint64_t run = ApplyChange<T>(coder, &done, spec, slot, out, i, old_bits, &bad);
       if (bad) return StepTooLarge(i);
       if (done == h.k) return Status::OK();
       // The slot's members after `at` in this block: the next change may be among them.
@@ -1456,68 +1530,69 @@ CTX_INLINE Status DecodeBlockLoop(const Header& h, const DTypeSpec& spec, ClassF
   return Status::OK();
 }
 
-template <typename T, typename ClassFn, typename Ops, typename Coder>
+template <typename T, typename ClassFn, typename Ops, typename Coder, typename Out>
 CTX_INLINE Status DecodeBlocks(const Header& h, const DTypeSpec& spec, ClassFn cls,
                                const Slots& slots, Coder& st_coder, uint64_t& st_done,
-                               const uint64_t* first_runs, uint8_t* bits) {
+                               const uint64_t* first_runs, Out& st_out) {
   Coder coder = st_coder;
+  Out out = st_out;
   uint64_t done = st_done;
   Status status;
   if (slots.count <= 8) {
-    status =
-        DecodeBlockLoop<T, ClassFn, Ops, 8>(h, spec, cls, slots, coder, done, first_runs, bits);
+    status = DecodeBlockLoop<T, ClassFn, Ops, 8>(h, spec, cls, slots, coder, done, first_runs, out);
   } else if (slots.count <= 16) {
     status =
-        DecodeBlockLoop<T, ClassFn, Ops, 16>(h, spec, cls, slots, coder, done, first_runs, bits);
+        DecodeBlockLoop<T, ClassFn, Ops, 16>(h, spec, cls, slots, coder, done, first_runs, out);
   } else if (slots.count <= 32) {
     status =
-        DecodeBlockLoop<T, ClassFn, Ops, 32>(h, spec, cls, slots, coder, done, first_runs, bits);
+        DecodeBlockLoop<T, ClassFn, Ops, 32>(h, spec, cls, slots, coder, done, first_runs, out);
   } else {
     status = DecodeBlockLoop<T, ClassFn, Ops, kMaxBlockSlots>(h, spec, cls, slots, coder, done,
-                                                              first_runs, bits);
+                                                              first_runs, out);
   }
   st_coder = coder;
+  st_out = out;
   st_done = done;
   return status;
 }
 
-template <typename T, typename ClassFn, typename Coder>
+template <typename T, typename ClassFn, typename Coder, typename Out>
 CTX_TARGET_AVX2 __attribute__((flatten)) Status DecodeBlocksAvx2(
     const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots, Coder& coder,
-    uint64_t& done, const uint64_t* first_runs, uint8_t* bits) {
-  return DecodeBlocks<T, ClassFn, Avx2Ops>(h, spec, cls, slots, coder, done, first_runs, bits);
+    uint64_t& done, const uint64_t* first_runs, Out& out) {
+  return DecodeBlocks<T, ClassFn, Avx2Ops>(h, spec, cls, slots, coder, done, first_runs, out);
 }
-template <typename T, typename ClassFn, typename Coder>
+template <typename T, typename ClassFn, typename Coder, typename Out>
 CTX_TARGET_AVX512 __attribute__((flatten)) Status DecodeBlocksAvx512(
     const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots, Coder& coder,
-    uint64_t& done, const uint64_t* first_runs, uint8_t* bits) {
-  return DecodeBlocks<T, ClassFn, Avx512Ops>(h, spec, cls, slots, coder, done, first_runs, bits);
+    uint64_t& done, const uint64_t* first_runs, Out& out) {
+  return DecodeBlocks<T, ClassFn, Avx512Ops>(h, spec, cls, slots, coder, done, first_runs, out);
 }
 #endif
 
 // Walks the record with the path's walk (one slot of every class: jumps at every level), then
 // requires exactly k changes and every stream consumed exactly.
-template <typename T, typename ClassFn, typename Coder>
+template <typename T, typename ClassFn, typename Coder, typename Out>
 Status Walk(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
-            Coder& coder, const uint64_t* first_runs, uint8_t* bits) {
+            Coder& coder, const uint64_t* first_runs, Out& out) {
   uint64_t done = 0;
   Status status;
   if (slots.everything) {
-    status = DecodeJumps<T>(h, spec, coder, done, first_runs, bits);
+    status = DecodeJumps<T>(h, spec, coder, done, first_runs, out);
   } else if constexpr (ClassFn::kSingle) {
     // A forged payload whose slot misses the one class: nothing can fire.
-    status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, bits);
+    status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, out);
   } else {
 #if defined(__x86_64__)
     if (path == Path::kAvx512 && slots.count <= kMaxBlockSlots) {
-      status = DecodeBlocksAvx512<T>(h, spec, cls, slots, coder, done, first_runs, bits);
+      status = DecodeBlocksAvx512<T>(h, spec, cls, slots, coder, done, first_runs, out);
     } else if (path == Path::kAvx2 && slots.count <= kMaxBlockSlots) {
-      status = DecodeBlocksAvx2<T>(h, spec, cls, slots, coder, done, first_runs, bits);
+      status = DecodeBlocksAvx2<T>(h, spec, cls, slots, coder, done, first_runs, out);
     } else {
-      status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, bits);
+      status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, out);
     }
 #else
-    status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, bits);
+    status = DecodeScalar<T>(h, spec, cls, slots, coder, done, first_runs, out);
 #endif
   }
   REFIT_RETURN_NOT_OK(status);
@@ -1649,11 +1724,11 @@ CTX_INLINE void SlotMembers(const typename Ops::Classes* v, const uint64_t* vali
 // Ops::kMemberLists): below, the countdown's per-block cost is the smaller one.
 constexpr uint64_t kMemberListMinChanges = kChunkBlocks / 4;
 
-template <typename T, typename ClassFn, typename Ops>
+template <typename T, typename ClassFn, typename Ops, typename Out>
 CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
                            const DecodedChange* changes, uint64_t* cursor, const uint64_t* end,
                            const uint64_t* first_runs, uint64_t* positions, uint64_t* steps,
-                           uint16_t* members, uint8_t* bits) {
+                           uint16_t* members, Out& out) {
   const uint64_t n = h.n;
   uint64_t need[kNumClasses];         // slot members to pass before the slot's next change
   uint64_t recent[kNumClasses] = {};  // changes of each slot in the previous chunk
@@ -1665,7 +1740,7 @@ CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, 
     const uint64_t blocks =
         std::min<uint64_t>(kChunkBlocks, (n - chunk + kBlockElems - 1) / kBlockElems);
     for (uint64_t b = 0; b < blocks; ++b) {
-      valid[b] = LoadBlock<T, Ops>(bits, chunk + b * kBlockElems, n, cls, tail, &v[b]);
+      valid[b] = LoadBlock<T, Ops>(out.old(), chunk + b * kBlockElems, n, cls, tail, &v[b]);
     }
     uint64_t pending = 0;
     for (uint32_t slot = 0; slot < slots.count; ++slot) {
@@ -1688,39 +1763,34 @@ CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, 
       recent[slot] = pending - before;
       cursor[slot] = j;
     }
-    for (uint64_t e = 0; e < pending; ++e) {
-      const uint64_t i = positions[e];
-      StoreElem<T>(
-          bits, i,
-          AddOrderedStep<T>(LoadElem<T>(bits, i), static_cast<T>(steps[e]), spec.is_float));
-    }
+    out.template PutChunk<T>(chunk, positions, steps, pending, spec.is_float);
   }
 }
 
 #if defined(__x86_64__)
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Out>
 CTX_TARGET_AVX2 __attribute__((flatten)) void WalkChunksAvx2(
     const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
     const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
-    uint64_t* positions, uint64_t* steps, uint8_t* bits) {
+    uint64_t* positions, uint64_t* steps, Out& out) {
   WalkChunks<T, ClassFn, Avx2Ops>(h, spec, cls, slots, changes, cursor, end, first_runs, positions,
-                                  steps, nullptr, bits);
+                                  steps, nullptr, out);
 }
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Out>
 CTX_TARGET_AVX512 __attribute__((flatten)) void WalkChunksAvx512(
     const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
     const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
-    uint64_t* positions, uint64_t* steps, uint8_t* bits) {
+    uint64_t* positions, uint64_t* steps, Out& out) {
   WalkChunks<T, ClassFn, Avx512Ops>(h, spec, cls, slots, changes, cursor, end, first_runs,
-                                    positions, steps, nullptr, bits);
+                                    positions, steps, nullptr, out);
 }
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Out>
 CTX_TARGET_VBMI2 __attribute__((flatten)) void WalkChunksVbmi2(
     const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
     const DecodedChange* changes, uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
-    uint64_t* positions, uint64_t* steps, uint16_t* members, uint8_t* bits) {
+    uint64_t* positions, uint64_t* steps, uint16_t* members, Out& out) {
   WalkChunks<T, ClassFn, Vbmi2Ops>(h, spec, cls, slots, changes, cursor, end, first_runs, positions,
-                                   steps, members, bits);
+                                   steps, members, out);
 }
 #endif
 
@@ -1728,10 +1798,10 @@ CTX_TARGET_VBMI2 __attribute__((flatten)) void WalkChunksVbmi2(
 // summed up first (a sequential pass), so that the apply can prefetch the elements it will
 // touch: they are ~1 in 100 at 1% density, too far apart for the hardware prefetcher to cover
 // the memory latency.
-template <typename T>
+template <typename T, typename Out>
 void WalkDecodedJumps(const Header& h, const DTypeSpec& spec, const DecodedChange* changes,
                       uint64_t* cursor, const uint64_t* end, const uint64_t* first_runs,
-                      uint64_t* positions, uint8_t* bits) {
+                      uint64_t* positions, Out& out) {
   constexpr uint64_t kBatch = kChunkBlocks * kBlockElems;  // positions' capacity
   constexpr uint64_t kPrefetchAhead = 16;
   const uint64_t n = h.n;
@@ -1748,12 +1818,11 @@ void WalkDecodedJumps(const Header& h, const DTypeSpec& spec, const DecodedChang
     }
     for (uint64_t e = 0; e < count; ++e) {
       if (e + kPrefetchAhead < count) {
-        __builtin_prefetch(bits + positions[e + kPrefetchAhead] * sizeof(T), 1);
+        __builtin_prefetch(out.old() + positions[e + kPrefetchAhead] * sizeof(T), 1);
       }
       const uint64_t at = positions[e];
-      StoreElem<T>(
-          bits, at,
-          AddOrderedStep<T>(LoadElem<T>(bits, at), static_cast<T>(changes[j + e].step), is_float));
+      out.Put(at, AddOrderedStep<T>(LoadElem<T>(out.old(), at), static_cast<T>(changes[j + e].step),
+                                    is_float));
     }
     j += count;
   }
@@ -1777,9 +1846,9 @@ struct TableDecodeScratch {
   }
 };
 
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Out>
 Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls,
-                        const uint8_t* body, uint64_t len, uint8_t* bits) {
+                        const uint8_t* body, uint64_t len, Out& out) {
   // The slots: ascending, not overlapping, spanning exactly the header's class range.
   Slots slot_ranges;
   uint64_t at = 0;
@@ -1876,7 +1945,7 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
   scratch.positions.resize(kChunkBlocks * kBlockElems);
   uint64_t* positions = scratch.positions.data();
   if (slot_ranges.everything) {
-    WalkDecodedJumps<T>(h, spec, changes, cursor, end, first_runs, positions, bits);
+    WalkDecodedJumps<T>(h, spec, changes, cursor, end, first_runs, positions, out);
   } else {
     scratch.steps.resize(kChunkBlocks * kBlockElems);
     uint64_t* steps = scratch.steps.data();
@@ -1886,25 +1955,25 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
     if constexpr (ClassFn::kSingle) {
       (void)path;
       WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                        positions, steps, nullptr, bits);
+                                        positions, steps, nullptr, out);
     } else if (path == Path::kAvx512 && kVbmi2) {
       scratch.members.resize(kChunkBlocks * kBlockElems + kBlockElems);
       WalkChunksVbmi2<T>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs, positions,
-                         steps, scratch.members.data(), bits);
+                         steps, scratch.members.data(), out);
     } else if (path == Path::kAvx512) {
       WalkChunksAvx512<T>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs, positions,
-                          steps, bits);
+                          steps, out);
     } else if (path == Path::kAvx2) {
       WalkChunksAvx2<T>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs, positions,
-                        steps, bits);
+                        steps, out);
     } else {
       WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                        positions, steps, nullptr, bits);
+                                        positions, steps, nullptr, out);
     }
 #else
     (void)path;
     WalkChunks<T, ClassFn, ScalarOps>(h, spec, cls, slot_ranges, changes, cursor, end, first_runs,
-                                      positions, steps, nullptr, bits);
+                                      positions, steps, nullptr, out);
 #endif
   }
   scratch.Trim();
@@ -1918,16 +1987,16 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
   return Status::OK();
 }
 
-template <typename T, typename ClassFn>
+template <typename T, typename ClassFn, typename Out>
 Status DecodeBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls,
-                  const uint8_t* body, uint64_t len, uint8_t* bits) {
+                  const uint8_t* body, uint64_t len, Out& out) {
   if (h.k == 0) {
     if (h.mode != kModeCoded || len != 0) {
       return Status::Corrupt("ctx payload has bytes after an empty delta");
     }
     return Status::OK();
   }
-  if (h.mode == kModeTables) return DecodeTablesBody<T>(path, h, spec, cls, body, len, bits);
+  if (h.mode == kModeTables) return DecodeTablesBody<T>(path, h, spec, cls, body, len, out);
   Slots slots = Slots::Identity(h.class_lo, h.class_hi);
   slots.Index(cls.Max());
   Models models(slots.count);
@@ -1936,7 +2005,7 @@ Status DecodeBody(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls
   for (uint32_t slot = 0; slot < slots.count; ++slot) {
     first_runs[slot] = DecodeNumber(coder.rc, models.first_run) - 1;
   }
-  return Walk<T>(path, h, spec, cls, slots, coder, first_runs, bits);
+  return Walk<T>(path, h, spec, cls, slots, coder, first_runs, out);
 }
 
 // Calls fn(T{}, class_fn) with the element type and class function of a known dtype.
@@ -2051,15 +2120,22 @@ Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& 
   return literal_size;
 }
 
-Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) {
-  return DecodeAt(kernels::ActiveSimdLevel(), payload, len, target);
-}
+namespace {
 
-Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
-                const refit_decode_target_t& target) {
-  REFIT_ASSIGN_OR_RAISE(uint64_t bytes, sdk::CheckDecodeTarget(target));
-  REFIT_ASSIGN_OR_RAISE(const DTypeSpec* spec,
-                        CheckedSpec(target.dtype, target.elem_size, "decode target"));
+// A payload's header, checked against the target: where the body starts and what it holds.
+struct ParsedPayload {
+  Header h;
+  const DTypeSpec* spec = nullptr;
+  uint64_t body = 0;   // offset of the body (literal: the new bits)
+  uint64_t bytes = 0;  // the target's size in bytes
+};
+
+Result<ParsedPayload> ParsePayload(const uint8_t* payload, uint64_t len,
+                                   const refit_decode_target_t& target) {
+  ParsedPayload parsed;
+  REFIT_ASSIGN_OR_RAISE(parsed.bytes, sdk::CheckDecodeTarget(target));
+  REFIT_ASSIGN_OR_RAISE(parsed.spec, CheckedSpec(target.dtype, target.elem_size, "decode target"));
+  Header& h = parsed.h;
   if (payload == nullptr || len < kFixedHeaderBytes) {
     return Status::Corrupt("ctx payload has " + std::to_string(len) + " bytes, shorter than its " +
                            std::to_string(kFixedHeaderBytes) + "-byte header");
@@ -2075,7 +2151,6 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
   if (LoadLE<uint32_t>(payload + kChecksumOffset) != digest) {
     return Status::Corrupt("ctx payload checksum mismatch (truncated or damaged)");
   }
-  Header h;
   h.mode = payload[5];
   h.dtype = payload[6];
   if (h.dtype != target.dtype) {
@@ -2098,14 +2173,13 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
     return Status::Corrupt("ctx payload is for " + std::to_string(h.n) +
                            " elements, the target has " + std::to_string(target.n_elems));
   }
-  auto* bits = static_cast<uint8_t*>(target.bits);
   if (h.mode == kModeLiteral) {
-    if (len - at != bytes) {
+    if (len - at != parsed.bytes) {
       return Status::Corrupt("ctx literal payload has " + std::to_string(len - at) +
-                             " value bytes, expected " + std::to_string(bytes));
+                             " value bytes, expected " + std::to_string(parsed.bytes));
     }
-    if (bytes > 0) std::memcpy(bits, payload + at, bytes);
-    return Status::OK();
+    parsed.body = at;
+    return parsed;
   }
   if (!GetVarint(payload, len, &at, &h.k)) {
     return Status::Corrupt("ctx payload change count is truncated or malformed");
@@ -2118,10 +2192,92 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
     return Status::Corrupt("ctx payload class range [" + std::to_string(h.class_lo) + ", " +
                            std::to_string(h.class_hi) + "] is invalid");
   }
-  return WithDType(target.dtype, *spec, [&](auto elem, auto cls) -> Status {
+  parsed.body = at;
+  return parsed;
+}
+
+// The changes a literal payload makes: its elements that differ from the old bits.
+template <typename T>
+void ListLiteralChanges(const uint8_t* literal, uint64_t n, ListedOut& out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const T v = LoadElem<T>(literal, i);
+    if (v != LoadElem<T>(out.old(), i)) out.Put(i, v);
+  }
+}
+
+}  // namespace
+
+Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target) {
+  return DecodeAt(kernels::ActiveSimdLevel(), payload, len, target);
+}
+
+Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
+                const refit_decode_target_t& target) {
+  REFIT_ASSIGN_OR_RAISE(ParsedPayload parsed, ParsePayload(payload, len, target));
+  auto* bits = static_cast<uint8_t*>(target.bits);
+  if (parsed.h.mode == kModeLiteral) {
+    if (parsed.bytes > 0) std::memcpy(bits, payload + parsed.body, parsed.bytes);
+    return Status::OK();
+  }
+  InPlaceOut out{bits};
+  return WithDType(target.dtype, *parsed.spec, [&](auto elem, auto cls) -> Status {
     // class_hi < kNumClasses (one byte): every class indexes the tables.
-    return DecodeBody<decltype(elem)>(PathFor(level), h, *spec, cls, payload + at, len - at, bits);
+    return DecodeBody<decltype(elem)>(PathFor(level), parsed.h, *parsed.spec, cls,
+                                      payload + parsed.body, len - parsed.body, out);
   });
+}
+
+namespace {
+
+// ListedOut's chunk bitmap and entry index, per thread (the bitmap is left clear after use).
+struct ListScratch {
+  std::vector<uint64_t> chunk_seen = std::vector<uint64_t>(kChunkBlocks * kBlockElems / 64, 0);
+  std::vector<uint16_t> chunk_entry = std::vector<uint16_t>(kChunkBlocks * kBlockElems);
+};
+
+}  // namespace
+
+Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                               const refit_decode_target_t& old, uint64_t* positions,
+                               uint8_t* values, uint64_t capacity) {
+  return DecodeChangesAt(kernels::ActiveSimdLevel(), payload, len, old, positions, values,
+                         capacity);
+}
+
+Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
+                                 const refit_decode_target_t& old, uint64_t* positions,
+                                 uint8_t* values, uint64_t capacity) {
+  REFIT_ASSIGN_OR_RAISE(ParsedPayload parsed, ParsePayload(payload, len, old));
+  ListScratch& scratch = ThreadScratch<ListScratch>();
+  ListedOut out{static_cast<const uint8_t*>(old.bits),
+                positions,
+                values,
+                capacity,
+                0,
+                scratch.chunk_seen.data(),
+                scratch.chunk_entry.data()};
+  Status st;
+  if (parsed.h.mode == kModeLiteral) {
+    WithDType(old.dtype, *parsed.spec, [&](auto elem, auto /*cls*/) {
+      ListLiteralChanges<decltype(elem)>(payload + parsed.body, parsed.h.n, out);
+    });
+  } else if (parsed.h.k > capacity) {
+    st = Status::Corrupt("ctx payload codes " + std::to_string(parsed.h.k) +
+                         " changes, more than the " + std::to_string(capacity) +
+                         " its record declares");
+  } else {
+    st = WithDType(old.dtype, *parsed.spec, [&](auto elem, auto cls) -> Status {
+      return DecodeBody<decltype(elem)>(PathFor(level), parsed.h, *parsed.spec, cls,
+                                        payload + parsed.body, len - parsed.body, out);
+    });
+  }
+  REFIT_RETURN_NOT_OK(st);
+  if (out.count > capacity) {
+    return Status::Corrupt("ctx payload changes " + std::to_string(out.count) +
+                           " elements, more than the " + std::to_string(capacity) +
+                           " its record declares");
+  }
+  return out.count;
 }
 
 }  // namespace refit::ctx

@@ -28,6 +28,13 @@ Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t c
 // leaves the target.
 Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& target);
 
+// Decodes a payload against the old bits in `old` (only read) into its changes: their positions,
+// strictly ascending, into positions[] and their new bits (elem_size each) into values[], both
+// of room for `capacity` changes; returns how many. A payload of more changes is refused.
+Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                               const refit_decode_target_t& old, uint64_t* positions,
+                               uint8_t* values, uint64_t capacity);
+
 // How a coded (not literal) payload codes its changes: kAuto picks by record size (the adaptive
 // range coder for small records, static tables + rANS from 2^16 changes on); tests and fuzz seeds
 // force one form to reach both at any size, and kTablesPerClass the table form with one slot per
@@ -42,5 +49,8 @@ Result<uint64_t> EncodeAt(kernels::SimdLevel level, const refit_encode_input_t& 
                           uint64_t cap, CodedForm form = CodedForm::kAuto);
 Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                 const refit_decode_target_t& target);
+Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
+                                 const refit_decode_target_t& old, uint64_t* positions,
+                                 uint8_t* values, uint64_t capacity);
 
 }  // namespace refit::ctx

@@ -28,6 +28,11 @@ class CtxEncoding {
                        const refit_decode_target_t& target) const {
     return refit::ctx::Decode(payload, len, target);
   }
+  refit::Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                                        const refit_decode_target_t& old, uint64_t* positions,
+                                        uint8_t* values, uint64_t capacity) const {
+    return refit::ctx::DecodeChanges(payload, len, old, positions, values, capacity);
+  }
 };
 
 }  // namespace

@@ -154,7 +154,16 @@ class IndicesEncoding {
     return total;
   }
 
-  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+  // A payload's parts, every index checked (strictly increasing, inside the target).
+  struct Parsed {
+    uint32_t width = 0;
+    uint64_t k = 0;
+    const uint8_t* indices = nullptr;
+    const uint8_t* values = nullptr;
+  };
+
+  static Result<Parsed> Parse(const uint8_t* payload, uint64_t len,
+                              const refit_decode_target_t& t) {
     REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("indices payload has " + std::to_string(len) +
@@ -186,7 +195,6 @@ class IndicesEncoding {
                              " changes of " + std::to_string(t.elem_size) + "-byte elements");
     }
     const uint8_t* indices = payload + kHeaderBytes;
-    const uint8_t* values = indices + k * width;
     // Validate every index before the first write: a corrupt payload leaves the target untouched.
     const uint64_t bad = width == 4 ? FirstBadIndex<uint32_t>(indices, k, t.n_elems)
                                     : FirstBadIndex<uint64_t>(indices, k, t.n_elems);
@@ -197,11 +205,33 @@ class IndicesEncoding {
                              std::to_string(pos) + ") is out of range [0, " +
                              std::to_string(t.n_elems) + ") or not strictly increasing");
     }
+    return Parsed{width, k, indices, indices + k * width};
+  }
+
+  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+    REFIT_ASSIGN_OR_RAISE(Parsed p, Parse(payload, len, t));
     auto* bits = static_cast<uint8_t*>(t.bits);
-    WithWidthAndElem(width, t.elem_size, [&](auto index_tag, auto elem) {
-      Scatter<decltype(index_tag), decltype(elem)::value>(indices, values, k, bits);
+    WithWidthAndElem(p.width, t.elem_size, [&](auto index_tag, auto elem) {
+      Scatter<decltype(index_tag), decltype(elem)::value>(p.indices, p.values, p.k, bits);
     });
     return Status::OK();
+  }
+
+  Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                                 const refit_decode_target_t& old, uint64_t* positions,
+                                 uint8_t* values, uint64_t capacity) const {
+    REFIT_ASSIGN_OR_RAISE(Parsed p, Parse(payload, len, old));
+    if (p.k > capacity) {
+      return Status::Corrupt("indices payload codes " + std::to_string(p.k) +
+                             " changes, more than the " + std::to_string(capacity) +
+                             " its record declares");
+    }
+    for (uint64_t j = 0; j < p.k; ++j) {
+      positions[j] =
+          p.width == 4 ? LoadLE<uint32_t>(p.indices + j * 4) : LoadLE<uint64_t>(p.indices + j * 8);
+    }
+    if (p.k > 0) std::memcpy(values, p.values, p.k * old.elem_size);
+    return p.k;
   }
 };
 

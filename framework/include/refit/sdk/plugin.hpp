@@ -13,8 +13,14 @@
 //     static constexpr uint32_t kApplyCost = 25;  // optional: see refit_component_t.apply_cost
 //     static refit::Result<std::unique_ptr<MyEncoding>> Create(const refit::sdk::ConfigView& cfg);
 //     refit::Result<uint64_t> MaxEncodedSize(const refit_encode_input_t& in) const;  // or uint64_t
-//     refit::Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap) const;
-//     refit::Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const;
+//     refit::Result<uint64_t> Encode(const refit_encode_input_t& in, uint8_t* out, uint64_t cap)
+//     const; refit::Status Decode(const uint8_t* payload, uint64_t len, const
+//     refit_decode_target_t& t) const;
+//     // Optional (ABI 1.4 decode_changes): the changes Decode would make, listed without
+//     // writing t; returns their count (<= capacity, or an error).
+//     refit::Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+//                                           const refit_decode_target_t& old, uint64_t* positions,
+//                                           uint8_t* values, uint64_t capacity) const;
 //   };
 //   REFIT_PLUGIN("my-plugin", "0.1.0",
 //                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
@@ -186,7 +192,7 @@ concept EncodingImpl = requires(const Impl& impl, const ConfigView& cfg,
   { Impl::kOp } -> std::convertible_to<refit_op_t>;
   { Impl::Create(cfg) } -> std::same_as<Result<std::unique_ptr<Impl>>>;
   requires std::same_as<decltype(impl.MaxEncodedSize(in)), Result<uint64_t>> ||
-               std::same_as<decltype(impl.MaxEncodedSize(in)), uint64_t>;
+      std::same_as<decltype(impl.MaxEncodedSize(in)), uint64_t>;
   { impl.Encode(in, out, cap) } -> std::same_as<Result<uint64_t>>;
   { impl.Decode(payload, cap, target) } -> std::same_as<Status>;
 };
@@ -208,6 +214,13 @@ namespace detail {
 template <class Impl>
 concept HasApplyCost = requires {
   { Impl::kApplyCost } -> std::convertible_to<uint32_t>;
+};
+
+template <class Impl>
+concept HasDecodeChanges = requires(const Impl& impl, const uint8_t* payload, uint64_t n,
+                                    const refit_decode_target_t& old, uint64_t* positions,
+                                    uint8_t* values) {
+  { impl.DecodeChanges(payload, n, old, positions, values, n) } -> std::same_as<Result<uint64_t>>;
 };
 
 template <class Impl>
@@ -259,14 +272,33 @@ struct EncodingAdapter {
       return detail::Report(err, static_cast<const Impl*>(instance)->Decode(payload, len, *target));
     });
   }
+  static int DecodeChanges(void* instance, const uint8_t* payload, uint64_t len,
+                           const refit_decode_target_t* old, refit_decoded_changes_t* changes,
+                           refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      if constexpr (detail::HasDecodeChanges<Impl>) {
+        Result<uint64_t> n = static_cast<const Impl*>(instance)->DecodeChanges(
+            payload, len, *old, changes->positions, static_cast<uint8_t*>(changes->values),
+            changes->capacity);
+        if (!n.ok()) return detail::Report(err, n.status());
+        changes->count = n.value();
+        return static_cast<int>(REFIT_OK);
+      } else {
+        (void)instance, (void)payload, (void)len, (void)old, (void)changes;
+        return static_cast<int>(REFIT_ERR_UNSUPPORTED);
+      }
+    });
+  }
   static const refit_encoding_vtable_t* Vtable() {
-    static const refit_encoding_vtable_t vt = {sizeof(refit_encoding_vtable_t),
-                                               static_cast<int32_t>(Impl::kOp),
-                                               &Create,
-                                               &Destroy,
-                                               &MaxEncodedSize,
-                                               &Encode,
-                                               &Decode};
+    static const refit_encoding_vtable_t vt = {
+        sizeof(refit_encoding_vtable_t),
+        static_cast<int32_t>(Impl::kOp),
+        &Create,
+        &Destroy,
+        &MaxEncodedSize,
+        &Encode,
+        &Decode,
+        detail::HasDecodeChanges<Impl> ? &DecodeChanges : nullptr};
     return &vt;
   }
 };
@@ -289,8 +321,9 @@ struct TransportAdapter {
   static void Destroy(void* instance) { delete static_cast<Impl*>(instance); }
   static int Put(void* instance, const char* key, const uint8_t* data, uint64_t len,
                  refit_error_t* err) {
-    return detail::Guard(
-        err, [&] { return detail::Report(err, static_cast<Impl*>(instance)->Put(key, data, len)); });
+    return detail::Guard(err, [&] {
+      return detail::Report(err, static_cast<Impl*>(instance)->Put(key, data, len));
+    });
   }
   static int Size(void* instance, const char* key, uint64_t* size_p, int* found_p,
                   refit_error_t* err) {
@@ -323,8 +356,8 @@ struct TransportAdapter {
         err, [&] { return detail::Report(err, static_cast<Impl*>(instance)->Remove(key)); });
   }
   static const refit_transport_vtable_t* Vtable() {
-    static const refit_transport_vtable_t vt = {sizeof(refit_transport_vtable_t), 0, &Create,
-                                                &Destroy, &Put, &Size, &Get, &List, &Remove};
+    static const refit_transport_vtable_t vt = {
+        sizeof(refit_transport_vtable_t), 0, &Create, &Destroy, &Put, &Size, &Get, &List, &Remove};
     return &vt;
   }
 };
@@ -355,8 +388,8 @@ concept LayoutImpl = requires(const Impl& impl, const ConfigView& cfg, int rank,
 
 template <class Impl>
 struct LayoutAdapter {
-  static constexpr bool kHasListLocal = requires(const Impl& impl,
-                                                 const std::vector<TensorSpec>& canonical) {
+  static constexpr bool kHasListLocal =
+      requires(const Impl& impl, const std::vector<TensorSpec>& canonical) {
     { impl.ListLocal(canonical) } -> std::same_as<Result<std::vector<TensorSpec>>>;
   };
   static int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t rank,
@@ -389,9 +422,9 @@ struct LayoutAdapter {
       for (size_t i = 0; i < n_canonical; ++i) {
         const refit_local_tensor_t& c = canonical[i];
         if (c.name == nullptr || c.ndim > REFIT_MAX_DIMS) {
-          return detail::Fail(err, StatusCode::kInvalidArgument,
-                              "canonical tensor " + std::to_string(i) +
-                                  " has no name or more than 8 dims");
+          return detail::Fail(
+              err, StatusCode::kInvalidArgument,
+              "canonical tensor " + std::to_string(i) + " has no name or more than 8 dims");
         }
         specs[i].name = c.name;
         specs[i].dtype = c.dtype;
@@ -417,12 +450,12 @@ struct LayoutAdapter {
   }
   static const refit_layout_vtable_t* Vtable() {
     if constexpr (kHasListLocal) {
-      static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
-                                               &MapTensor, &ListLocal};
+      static const refit_layout_vtable_t vt = {
+          sizeof(refit_layout_vtable_t), 0, &Create, &Destroy, &MapTensor, &ListLocal};
       return &vt;
     } else {
-      static const refit_layout_vtable_t vt = {sizeof(refit_layout_vtable_t), 0, &Create, &Destroy,
-                                               &MapTensor, nullptr};
+      static const refit_layout_vtable_t vt = {
+          sizeof(refit_layout_vtable_t), 0, &Create, &Destroy, &MapTensor, nullptr};
       return &vt;
     }
   }
@@ -462,16 +495,9 @@ constexpr refit_component_t Row(refit_component_kind_t kind, const char* name,
                                 const char* description, uint64_t capabilities,
                                 const refit_config_key_t* keys, size_t n_keys, const void* vtable,
                                 uint32_t apply_cost) {
-  return refit_component_t{sizeof(refit_component_t),
-                           kind,
-                           name,
-                           description,
-                           capabilities,
-                           keys,
-                           n_keys,
-                           vtable,
-                           sizeof(refit_config_key_t),
-                           apply_cost};
+  return refit_component_t{
+      sizeof(refit_component_t),  kind,      name, description, capabilities, keys, n_keys, vtable,
+      sizeof(refit_config_key_t), apply_cost};
 }
 }  // namespace detail
 
@@ -559,18 +585,18 @@ constexpr refit_component_t MakeLayout(const char* name, const char* description
 
 // The same with a plugin-level fini (a void() function, or nullptr): the host calls it once, when
 // the last object made from this plugin is gone and before the library is unloaded.
-#define REFIT_PLUGIN_WITH_FINI(plugin_name, plugin_version, plugin_fini, ...)                 \
-  extern "C" REFIT_PLUGIN_ENTRY_VISIBILITY const refit_plugin_t* REFIT_PLUGIN_ENTRY_NAME(     \
-      const refit_host_api_t* host) {                                                         \
-    static const refit_component_t kComponents[] = {__VA_ARGS__};                             \
-    static const refit_plugin_t kPlugin = {sizeof(refit_plugin_t),                            \
-                                           REFIT_ABI_MAJOR,                                   \
-                                           REFIT_ABI_MINOR,                                   \
-                                           plugin_name,                                       \
-                                           plugin_version,                                    \
-                                           kComponents,                                       \
-                                           sizeof(kComponents) / sizeof(kComponents[0]),      \
-                                           plugin_fini};                                      \
-    ::refit::sdk::detail::HostSlot() = host;                                                  \
-    return &kPlugin;                                                                          \
+#define REFIT_PLUGIN_WITH_FINI(plugin_name, plugin_version, plugin_fini, ...)             \
+  extern "C" REFIT_PLUGIN_ENTRY_VISIBILITY const refit_plugin_t* REFIT_PLUGIN_ENTRY_NAME( \
+      const refit_host_api_t* host) {                                                     \
+    static const refit_component_t kComponents[] = {__VA_ARGS__};                         \
+    static const refit_plugin_t kPlugin = {sizeof(refit_plugin_t),                        \
+                                           REFIT_ABI_MAJOR,                               \
+                                           REFIT_ABI_MINOR,                               \
+                                           plugin_name,                                   \
+                                           plugin_version,                                \
+                                           kComponents,                                   \
+                                           sizeof(kComponents) / sizeof(kComponents[0]),  \
+                                           plugin_fini};                                  \
+    ::refit::sdk::detail::HostSlot() = host;                                              \
+    return &kPlugin;                                                                      \
   }

@@ -44,6 +44,18 @@ DiffDigest DiffPositionsAndDigest(const void* old_bits, const void* new_bits, ui
                                   uint32_t elem_size, PositionList* positions,
                                   ChangedValues values = {});
 
+// Digest64 of n elements of old_bits with `count` changes patched in: positions strictly
+// ascending and < n, their new bits packed in `values` (elem_size each). old_bits is not written:
+// each block is copied into a cache-resident buffer, patched and digested there, so a record is
+// verified from its old bits and its changes in one read pass. positions_valid is false (digest
+// unspecified) when the positions are not strictly ascending or reach n.
+struct PatchedDigest {
+  uint64_t digest = 0;
+  bool positions_valid = false;
+};
+PatchedDigest DigestPatched(const void* old_bits, uint64_t n, uint32_t elem_size,
+                            const uint64_t* positions, uint64_t count, const void* values);
+
 enum class SimdLevel : int;  // dispatch.h
 
 // Streaming xxh3-64 for data that arrives in pieces (non-contiguous boxes); equals Digest64 of the

@@ -480,6 +480,110 @@ TEST_P(EncodingConformanceTest, PayloadForAnotherSizeStaysInsideTarget) {
   }
 }
 
+// ABI 1.4 decode_changes, where an encoding offers it: the listed changes of a delta are exactly
+// its changed elements (ascending) with their new bits; the old bits are only read; a room of
+// one change fewer is refused without a write past it.
+TEST_P(EncodingConformanceTest, ListedChangesAreTheDelta) {
+  if (!encoding_->can_decode_changes()) GTEST_SKIP() << "no decode_changes";
+  uint64_t seed = 600;
+  for (uint64_t n : kSizes) {
+    for (double density : kDensities) {
+      const std::string what = Describe(dtype_, n, density);
+      const TensorPair pair = MakePair(dtype_, n, density, seed++);
+      const refit_encode_input_t in = DeltaInput(pair, n);
+      const std::vector<uint8_t> payload = EncodeOk(in, what);
+      if (HasFailure()) return;
+      for (uint64_t room : {in.n_changed, in.n_changed + 3, in.n_changed - 1}) {
+        if (room > n + 3) continue;  // n_changed - 1 of 0 wrapped
+        std::vector<uint64_t> positions(room + kGuardBytes, ~uint64_t{0});
+        std::vector<uint8_t> values((room + kGuardBytes) * es_, kGuardByte);
+        const std::vector<uint8_t> old = pair.old_bits;
+        refit_decode_target_t t{};
+        t.struct_size = sizeof(t);
+        t.dtype = static_cast<int32_t>(dtype_);
+        t.elem_size = es_;
+        t.n_elems = n;
+        t.bits = const_cast<uint8_t*>(old.data());
+        refit_decoded_changes_t listed{};
+        listed.struct_size = sizeof(listed);
+        listed.capacity = room;
+        listed.positions = positions.data();
+        listed.values = values.data();
+        Status st = encoding_->DecodeChanges(payload.data(), payload.size(), t, &listed);
+        EXPECT_TRUE(old == pair.old_bits) << what << ": decode_changes wrote the old bits";
+        for (uint64_t g = room; g < room + kGuardBytes; ++g) {
+          ASSERT_EQ(positions[g], ~uint64_t{0}) << what << ": a position written past the room";
+        }
+        for (uint64_t b = room * es_; b < values.size(); ++b) {
+          ASSERT_EQ(values[b], kGuardByte) << what << ": a value written past the room";
+        }
+        if (room < in.n_changed) {
+          EXPECT_FALSE(st.ok()) << what << ": " << in.n_changed << " changes listed in room for "
+                                << room;
+          continue;
+        }
+        ASSERT_TRUE(st.ok()) << what << ": " << st.ToString();
+        ASSERT_EQ(listed.count, in.n_changed) << what;
+        for (uint64_t j = 0; j < listed.count; ++j) {
+          ASSERT_EQ(positions[j], in.positions[j]) << what << ": change " << j;
+          ASSERT_EQ(std::memcmp(values.data() + j * es_,
+                                pair.new_bits.data() + in.positions[j] * es_, es_),
+                    0)
+              << what << ": value of change " << j;
+        }
+      }
+    }
+  }
+}
+
+// A corrupted payload may be listed or refused, but a listing stays inside its room, in order
+// and inside the record, and never writes the old bits.
+TEST_P(EncodingConformanceTest, CorruptedPayloadListsInsideItsRoom) {
+  if (!encoding_->can_decode_changes()) GTEST_SKIP() << "no decode_changes";
+  uint64_t seed = 700;
+  std::mt19937_64 rng(seed);
+  for (uint64_t n : {uint64_t{7}, uint64_t{4099}}) {
+    for (double density : {0.01, 0.5}) {
+      const std::string what = Describe(dtype_, n, density);
+      const TensorPair pair = MakePair(dtype_, n, density, seed++);
+      const refit_encode_input_t in = DeltaInput(pair, n);
+      std::vector<uint8_t> payload = EncodeOk(in, what);
+      if (HasFailure()) return;
+      const uint64_t room = in.n_changed;
+      for (uint64_t offset : OffsetsToTry(payload.size(), &rng)) {
+        const uint8_t original = payload[offset];
+        payload[offset] = static_cast<uint8_t>(original ^ 0x21);
+        std::vector<uint64_t> positions(room + 1, ~uint64_t{0});
+        std::vector<uint8_t> values((room + 1) * es_, kGuardByte);
+        const std::vector<uint8_t> old = pair.old_bits;
+        refit_decode_target_t t{};
+        t.struct_size = sizeof(t);
+        t.dtype = static_cast<int32_t>(dtype_);
+        t.elem_size = es_;
+        t.n_elems = n;
+        t.bits = const_cast<uint8_t*>(old.data());
+        refit_decoded_changes_t listed{};
+        listed.struct_size = sizeof(listed);
+        listed.capacity = room;
+        listed.positions = positions.data();
+        listed.values = values.data();
+        Status st = encoding_->DecodeChanges(payload.data(), payload.size(), t, &listed);
+        payload[offset] = original;
+        ASSERT_TRUE(old == pair.old_bits) << what << ": byte " << offset << ": old bits written";
+        ASSERT_EQ(positions[room], ~uint64_t{0}) << what << ": byte " << offset;
+        for (uint64_t b = room * es_; b < values.size(); ++b) ASSERT_EQ(values[b], kGuardByte);
+        if (!st.ok()) continue;
+        for (uint64_t j = 0; j < listed.count; ++j) {
+          ASSERT_LT(positions[j], n) << what << ": byte " << offset;
+          if (j > 0) {
+            ASSERT_GT(positions[j], positions[j - 1]) << what << ": byte " << offset;
+          }
+        }
+      }
+    }
+  }
+}
+
 inline std::string EncodingParamName(
     const ::testing::TestParamInfo<std::tuple<std::string, DType>>& info) {
   return SanitizeTestName(std::get<0>(info.param) + "_" +

@@ -1,0 +1,130 @@
+// The receiver's apply through its redo log (receive/apply.cc ApplyLogged): records of encodings
+// with decode_changes (ctx, indices) are listed and verified without a copy, the others decoded
+// into scratch; either way the result is bit-exact, and a record that codes more changes than
+// its header declares, or fails its digest, is refused before any element of the window is
+// written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "delta_test_util.h"
+#include "format/wire.h"
+#include "plugins/encoding_cache.h"
+#include "receive/apply.h"
+#include "receive/journal.h"
+#include "refit/delta.h"
+#include "refit/refit.h"
+#include "temp_dir_util.h"
+
+namespace refit::internal {
+namespace {
+
+const std::string kLabel = "v00000002/payload.r0.000000.st";
+
+// Every dtype width, around the ctx walk's 16384-element chunks, at sparse and dense change.
+testing::TensorPair MixedTensors() {
+  testing::TensorPair p;
+  p.Add("bf16.sparse", DType::kBF16, 40000, 0.015, 1);
+  p.Add("bf16.dense", DType::kBF16, 16385, 0.4, 2);
+  p.Add("f32", DType::kF32, 5000, 0.05, 3);
+  p.Add("u8", DType::kU8, 777, 0.1, 4);
+  p.Add("f64", DType::kF64, 300, 0.2, 5);
+  p.Add("unchanged", DType::kBF16, 1000, 0.0, 6);
+  return p;
+}
+
+struct LoggedApply {
+  std::shared_ptr<Registry> registry;
+  std::unique_ptr<RedoLog> log;
+  std::vector<std::vector<uint8_t>> bits;
+  std::vector<TensorView> views;
+
+  explicit LoggedApply(const testing::TensorPair& p, const std::string& dir)
+      : bits(p.base_bits), views(p.base) {
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = bits[i].data();
+    registry = LoadRegistry(nullptr).value();
+    log = RedoLog::Open(dir + "/redo.log", /*durable=*/true, 0).value();
+  }
+
+  Status Apply(const std::vector<uint8_t>& bytes, WorkerPool* pool = nullptr) {
+    REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), kLabel));
+    std::map<std::string, TensorView*> by_name;
+    for (TensorView& v : views) by_name[v.name] = &v;
+    EncodingCache encodings(*registry, nullptr);
+    ApplySink sink;
+    sink.journal = log.get();
+    sink.pool = pool;
+    std::vector<uint8_t> scratch;
+    ApplyStats stats;
+    return ApplyPayload(payload, encodings, CanonicalResolver(by_name), uint64_t{1} << 30, scratch,
+                        &stats, &sink);
+  }
+};
+
+std::vector<uint8_t> EncodeWith(const testing::TensorPair& p, const std::string& encoding) {
+  auto registry = LoadRegistry(nullptr).value();
+  DeltaOptions opt;
+  opt.encoding = encoding;
+  opt.threads = 1;
+  Result<std::vector<uint8_t>> bytes = EncodeDelta(p.base, p.next, opt, *registry, nullptr);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  return bytes.ok() ? *bytes : std::vector<uint8_t>{};
+}
+
+// Rebuilds `bytes` with every record's header edited by `edit`.
+template <typename Edit>
+std::vector<uint8_t> EditRecords(const std::vector<uint8_t>& bytes, Edit edit) {
+  Payload parsed = Payload::Parse(bytes.data(), bytes.size(), kLabel).value();
+  PayloadBuilder b(parsed.metadata());
+  for (const RecordHeader& r : parsed.records()) {
+    RecordHeader h = r;
+    edit(h);
+    b.Add(h, parsed.record_bytes(r), r.data_end - r.data_begin);
+  }
+  return b.Finish().value();
+}
+
+TEST(LoggedApply, ListedAndScratchDecodedRecordsAreBitExact) {
+  const testing::TensorPair p = MixedTensors();
+  for (const std::string encoding : {"ctx", "indices", "deltas", "dense", "xor", "auto"}) {
+    testing::ScopedTempDir dir("logged_apply");
+    LoggedApply t(p, dir.path().string());
+    Status st = t.Apply(EncodeWith(p, encoding));
+    ASSERT_TRUE(st.ok()) << encoding << ": " << st.ToString();
+    EXPECT_TRUE(t.bits == p.next_bits) << encoding << ": not bit-exact";
+  }
+}
+
+TEST(LoggedApply, ARecordCodingMoreChangesThanItDeclaresIsRefusedUnwritten) {
+  const testing::TensorPair p = MixedTensors();
+  for (const std::string encoding : {"ctx", "indices"}) {
+    testing::ScopedTempDir dir("logged_apply");
+    LoggedApply t(p, dir.path().string());
+    const std::vector<uint8_t> forged = EditRecords(EncodeWith(p, encoding), [](RecordHeader& h) {
+      if (h.changed > 0) --h.changed;
+    });
+    Status st = t.Apply(forged);
+    ASSERT_FALSE(st.ok()) << encoding;
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+    EXPECT_NE(st.message().find("its record declares"), std::string::npos) << st.ToString();
+    EXPECT_TRUE(t.bits == p.base_bits) << encoding << ": a refused window wrote elements";
+  }
+}
+
+TEST(LoggedApply, AListedRecordFailingItsDigestIsRefusedUnwritten) {
+  const testing::TensorPair p = MixedTensors();
+  testing::ScopedTempDir dir("logged_apply");
+  LoggedApply t(p, dir.path().string());
+  const std::vector<uint8_t> forged =
+      EditRecords(EncodeWith(p, "ctx"), [](RecordHeader& h) { h.digest ^= 0x10; });
+  Status st = t.Apply(forged);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("digest mismatch after apply"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(t.bits == p.base_bits) << "a refused window wrote elements";
+}
+
+}  // namespace
+}  // namespace refit::internal
