@@ -1,13 +1,16 @@
 // refit_soak: the soak test of docs/reliability.md. A real sender (`refit send` once per trainer
 // step, weights from a synthetic model stepped each time) and a real receiver (`refit recv
-// --follow`) run over the disk transport with [faults] on in both (random put/get faults at every
-// operation, kills at every named protocol point), while this driver also SIGKILLs either process
-// at random moments. Every committed version's weights digest is kept; whenever the receiver's
-// state says it holds version V (not mid-apply), its model must equal version V bit for bit.
-// At the end faults stop, a final version is published, and the receiver must reach it exactly.
+// --follow`) run over the disk transport (or, with --transport ucx, over the ucx transport: each
+// `refit send` listens on a free port published in a rendezvous file and keeps its objects in a
+// spool directory; the receiver reconnects to every new sender) with [faults] on in both (random
+// put/get faults at every operation, kills at every named protocol point), while this driver also
+// SIGKILLs either process at random moments. Every committed version's weights digest is kept;
+// whenever the receiver's state says it holds version V (not mid-apply), its model must equal
+// version V bit for bit. At the end faults stop, a final version is published, and the receiver
+// must reach it exactly.
 //
 //   refit_soak --syncs 200 [--seed 1] [--dir DIR] [--params 200000] [--require-journal-resume]
-//              [--keep-versions K]
+//              [--keep-versions K] [--transport disk|ucx] [--tls TLS]
 //
 // Exit status 0 only when every check passed, the final version was reached bit-exact and
 // full-sync fallbacks stayed <= 5% of recoveries (and, when asked, a journal resume happened;
@@ -57,6 +60,8 @@ struct Options {
   // committed versions in the store (the K kept and the one being published). Unset: the
   // config default, unchecked.
   std::optional<uint64_t> keep_versions;
+  std::string transport = "disk";  // or "ucx"
+  std::string tls = "tcp";         // [transport.ucx] tls, with --transport ucx
 };
 
 // A child `refit` process with its output in files, that can be polled, stopped and killed.
@@ -154,8 +159,8 @@ class Soak {
     if (o_.keep_versions) c << "keep_versions = " << *o_.keep_versions << "\n";
     c << "\n"
       << "[receiver]\nid = \"r0\"\nstate_dir = \"" << dir_ << "/receiver\"\n"
-      << "poll_interval_ms = 10\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \""
-      << dir_ << "/sync\"\nfsync = false\n";
+      << "poll_interval_ms = 10\n\n";
+    TransportConfig(c);
     if (faults) {
       // A fresh seed per process start: a restarted process must not replay the same kill.
       c << "\n[faults]\nseed = " << (Mix(o_.seed, ++launches_) & 0x7fffffffffffull) << "\n"
@@ -181,6 +186,25 @@ class Soak {
         << "\n";
     }
     return c.str();
+  }
+
+  // The directory holding the sender's objects, laid out as a disk transport's: the disk
+  // transport's dir, or the ucx sender's spool (the same engine).
+  std::string StoreDir() const { return dir_ + (o_.transport == "ucx" ? "/spool" : "/sync"); }
+
+  void TransportConfig(std::ostringstream& c) const {
+    if (o_.transport != "ucx") {
+      c << "[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" << StoreDir()
+        << "\"\nfsync = false\n";
+      return;
+    }
+    // One config for both sides: the sender listens on a free port and writes it to the
+    // rendezvous file, the receiver reads that file on every (re)connect. Short connect and
+    // backoff bounds: a new `refit send` runs every few hundred ms.
+    c << "[transport]\nname = \"ucx\"\n\n[transport.ucx]\nlisten = \"127.0.0.1:0\"\n"
+      << "rendezvous_file = \"" << dir_ << "/sender.addr\"\nspool_dir = \"" << StoreDir()
+      << "\"\nspool_fsync = false\ntls = \"" << o_.tls << "\"\nconnect_timeout_ms = 200\n"
+      << "reconnect_max_ms = 200\n";
   }
 
   void StartReceiver(bool faults) {
@@ -229,7 +253,7 @@ class Soak {
 
   void ScanCommits(uint64_t digest) {
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir_ + "/sync", ec)) {
+    for (const auto& entry : fs::directory_iterator(StoreDir(), ec)) {
       const std::string name = entry.path().filename().string();
       if (name.size() != 9 || name[0] != 'v') continue;
       const uint64_t v = std::strtoull(name.c_str() + 1, nullptr, 10);
@@ -238,12 +262,13 @@ class Soak {
     }
   }
 
-  // After each send: the versions the store holds (directories with a COMMIT) stay within
-  // keep_versions + 1; directories without one are leftovers of a deletion or an attempt.
+  // After each send: the versions the store (the ucx sender's spool too) holds (directories with a
+  // COMMIT) stay within keep_versions + 1; directories without one are leftovers of a deletion or
+  // an attempt.
   void CheckRetention() {
     uint64_t versions = 0, dirs = 0;
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir_ + "/sync", ec)) {
+    for (const auto& entry : fs::directory_iterator(StoreDir(), ec)) {
       const std::string name = entry.path().filename().string();
       if (name.size() != 9 || name[0] != 'v') continue;
       ++dirs;
@@ -467,8 +492,10 @@ class Soak {
     std::string kind, key;
     while (log >> kind >> key) ++faults[kind];
     uint64_t total_faults = 0, total_recoveries = 0, total_kills = 0;
-    std::printf("soak: %d trainer steps, seed %" PRIu64 ", %.1f s, work dir %s\n", o_.syncs,
-                o_.seed, seconds, dir_.c_str());
+    std::printf("soak: %d trainer steps, seed %" PRIu64 ", transport %s, %.1f s, work dir %s\n",
+                o_.syncs, o_.seed,
+                (o_.transport == "ucx" ? "ucx (tls " + o_.tls + ")" : o_.transport).c_str(),
+                seconds, dir_.c_str());
     std::printf(
         "syncs: %zu versions committed, %zu applies reported by receiver processes, "
         "final version %" PRIu64 " %s\n",
@@ -568,10 +595,17 @@ int main(int argc, char** argv) {
       o.require_journal_resume = true;
     } else if (a == "--keep-versions") {
       o.keep_versions = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (a == "--transport" && i + 1 < argc &&
+               (argv[i + 1] == std::string("disk") || argv[i + 1] == std::string("ucx"))) {
+      o.transport = next();
+    } else if (a == "--tls" && i + 1 < argc) {
+      o.tls = next();
     } else {
-      std::fprintf(stderr,
-                   "usage: refit_soak [--syncs N] [--seed S] [--dir DIR] [--params N] "
-                   "[--require-journal-resume] [--keep-versions K] [--verbose]\n");
+      std::fprintf(
+          stderr,
+          "usage: refit_soak [--syncs N] [--seed S] [--dir DIR] [--params N] "
+          "[--require-journal-resume] [--keep-versions K] [--transport disk|ucx] [--tls TLS] "
+          "[--verbose]\n");
       return 2;
     }
   }

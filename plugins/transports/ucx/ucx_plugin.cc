@@ -31,7 +31,8 @@ const refit_config_key_t kUcxKeys[] = {
     {"send_timeout_ms", REFIT_CFG_INT, "30000",
      "A peer with sends pending and none completed for this long is dropped"},
     {"request_timeout_ms", REFIT_CFG_INT, "30000",
-     "Receiver: how long a request to the sender (get, list, put of an ack) may take"},
+     "Receiver: how long a request to the sender (get, list, put of an ack) may take; a get "
+     "waits this long for a sender when none is connected"},
 };
 }  // namespace
 

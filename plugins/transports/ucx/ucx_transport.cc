@@ -60,6 +60,12 @@ std::map<std::string, uint64_t> ParseListing(const std::vector<uint8_t>& text) {
 
 bool IsPayloadKey(const std::string& key) { return key.find("/payload.") != std::string::npos; }
 
+// A request that failed for its connection (none, lost, no answer), not for its answer: the
+// messages Request and OnPeerDown make.
+bool IsConnectionError(const Status& st) {
+  return st.code() == StatusCode::kIoError && st.message().rfind("ucx transport: ", 0) == 0;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UcxTransport>> UcxTransport::Create(const sdk::ConfigView& cfg,
@@ -456,6 +462,7 @@ Status UcxTransport::ConnectOnce() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     conn_ = conn;
+    synced_ = true;
   }
   cv_.notify_all();
   sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + peer_id_ + " connected to the sender " + target);
@@ -683,7 +690,13 @@ Result<std::optional<uint64_t>> UcxTransport::Size(const std::string& key) {
     if (it != inbox_.end()) return std::optional<uint64_t>(it->second.size);
     auto queued = outbox_.find(key);
     if (queued != outbox_.end() && !queued->second) return std::optional<uint64_t>();
-    if (!conn_) return std::optional<uint64_t>();  // no sender: nothing newer than the inbox
+    if (!conn_) {
+      // No sender: nothing is newer than an inbox a sender replayed. Before the first connection
+      // the inbox knows nothing, and "missing" would tell a receiver restarted mid-apply that its
+      // version is gone (it asked for a full sync).
+      if (synced_) return std::optional<uint64_t>();
+      return NotSynced(key);
+    }
   }
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
                         Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
@@ -697,7 +710,35 @@ Status UcxTransport::Get(const std::string& key, uint64_t offset, uint8_t* buf, 
   if (sender()) return spool_->Get(key, offset, buf, len);
   Status st;
   if (GetFromInbox(key, offset, buf, len, &st)) return st;
-  // Not here: perhaps still on its way. The answer to a size says how many pushes to wait for.
+  // Only the sender has it. With none connected (between two `refit send` runs) the next one is
+  // waited for: failing at once gave a receiver that re-read a consumed payload three failures in
+  // a few milliseconds, and the version was abandoned for a full sync.
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  while (true) {
+    st = GetThroughSender(key, offset, buf, len);
+    if (!IsConnectionError(st) || !WaitForSender(deadline)) return st;
+  }
+}
+
+// Blocks until a sender is connected (true), the instance stops or deadline passes (false).
+bool UcxTransport::WaitForSender(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_ && !conn_) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
+  }
+  return !stop_ && conn_ && std::chrono::steady_clock::now() < deadline;
+}
+
+Status UcxTransport::NotSynced(const std::string& key) const {
+  return Status::IoError("ucx transport: not connected to a sender since this receiver started: '" +
+                         key + "' is not known yet");
+}
+
+// A read of key the inbox could not serve, through the live connection. The answer to a size
+// says how many pushes to wait for (it may still be on its way); then the sender's spool.
+Status UcxTransport::GetThroughSender(const std::string& key, uint64_t offset, uint8_t* buf,
+                                      uint64_t len) {
+  Status st;
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
                         Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
   WaitForPushes(p->pushed);
@@ -725,6 +766,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> UcxTransport::List(
     listed = ParseListing(r.value()->data);
   }
   std::lock_guard<std::mutex> lk(mu_);
+  if (!r.ok() && !synced_) return NotSynced(prefix);  // an empty inbox is no empty listing
   if (!r.ok()) {
     // No sender: what the inbox holds.
     for (const auto& [key, entry] : inbox_) {

@@ -7,8 +7,10 @@
 // in a bounded in-memory inbox that serves its reads. A read the inbox cannot serve (evicted, a
 // payload already read to its end, a push still on the way) and every list are asked of the
 // sender; a receiver's put and remove (acks, need-full requests) are stored in the sender's spool.
-// With no sender (between two `refit send` processes) a receiver answers from its inbox and
-// queues its puts until it reconnects.
+// With no sender (between two `refit send` processes) a receiver answers sizes and lists from its
+// inbox (once a sender replayed it: before that it knows nothing, and says so), a read it cannot
+// serve waits for the next sender (up to request_timeout), and it queues its puts until it
+// reconnects.
 //
 // Threads: each instance has a progress thread and a dispatch thread (ucx_worker.h); a receiver
 // also has a connector thread. Every public method may be called from several threads at once.
@@ -114,6 +116,9 @@ class UcxTransport : public EventHandler {
   void WaitForPushes(uint64_t pushed);
   bool GetFromInbox(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len,
                     Status* st);
+  Status GetThroughSender(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
+  bool WaitForSender(std::chrono::steady_clock::time_point deadline);
+  Status NotSynced(const std::string& key) const;
 
   UcxOptions options_;
   refit_transport_role_t role_;
@@ -133,6 +138,7 @@ class UcxTransport : public EventHandler {
   uint64_t inbox_seq_ = 0;
   std::map<std::string, std::optional<Bytes>> outbox_;  // nullopt: a remove
   std::optional<ConnId> conn_;                          // the live connection to the sender
+  bool synced_ = false;  // a sender replayed the inbox at least once (it then knows the spool)
   std::optional<ConnId> push_conn_;  // the connection whose pushes delivered_ counts
   uint64_t delivered_ = 0;
   std::atomic<uint64_t> remote_gets_{0};  // reads the inbox could not serve (a debug line at exit)
