@@ -1,5 +1,6 @@
 #include "deltas/deltas_stream.h"
 
+#include <cstring>
 #include <string>
 
 #include "refit/kernels/coding.h"
@@ -93,8 +94,19 @@ Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint
   return Status::OK();
 }
 
-Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& t,
-                   const char* what) {
+namespace {
+
+// A stream's parts, its header checked against the run (positions not yet decoded).
+struct StreamParts {
+  uint32_t width = 0;
+  uint64_t k = 0;
+  const uint8_t* gaps = nullptr;
+  uint64_t gap_bytes = 0;
+  const uint8_t* values = nullptr;
+};
+
+Result<StreamParts> CheckStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& t,
+                                const char* what) {
   if (len < kStreamHeaderBytes || stream == nullptr) {
     return Status::Corrupt(std::string(what) + " has " + std::to_string(len) +
                            " bytes, shorter than its " + std::to_string(kStreamHeaderBytes) +
@@ -122,12 +134,39 @@ Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_targe
                            std::to_string(gap_bytes) + " gap bytes, run of " +
                            std::to_string(t.n_elems) + " elements)");
   }
+  return StreamParts{width, k, stream + kStreamHeaderBytes, gap_bytes,
+                     stream + kStreamHeaderBytes + gap_bytes};
+}
+
+}  // namespace
+
+Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& t,
+                   const char* what) {
+  REFIT_ASSIGN_OR_RAISE(StreamParts parts, CheckStream(stream, len, t, what));
   kernels::PositionList positions;
-  REFIT_RETURN_NOT_OK(DecodePositions(stream + kStreamHeaderBytes, gap_bytes, k, width, t.n_elems,
+  REFIT_RETURN_NOT_OK(DecodePositions(parts.gaps, parts.gap_bytes, parts.k, parts.width, t.n_elems,
                                       what, &positions));
-  kernels::ScatterOverwrite(t.bits, t.elem_size, positions.data(), k,
-                            stream + kStreamHeaderBytes + gap_bytes);
+  kernels::ScatterOverwrite(t.bits, t.elem_size, positions.data(), parts.k, parts.values);
   return Status::OK();
+}
+
+Result<uint64_t> ListStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& old,
+                            const char* what, uint64_t* positions, uint8_t* values,
+                            uint64_t capacity) {
+  REFIT_ASSIGN_OR_RAISE(StreamParts parts, CheckStream(stream, len, old, what));
+  if (parts.k > capacity) {
+    return Status::Corrupt(std::string(what) + " codes " + std::to_string(parts.k) +
+                           " changes, more than the " + std::to_string(capacity) +
+                           " its record declares");
+  }
+  kernels::PositionList decoded;
+  REFIT_RETURN_NOT_OK(DecodePositions(parts.gaps, parts.gap_bytes, parts.k, parts.width,
+                                      old.n_elems, what, &decoded));
+  if (parts.k > 0) {
+    std::memcpy(positions, decoded.data(), parts.k * sizeof(uint64_t));
+    std::memcpy(values, parts.values, parts.k * old.elem_size);
+  }
+  return parts.k;
 }
 
 }  // namespace refit::deltas

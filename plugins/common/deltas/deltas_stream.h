@@ -61,4 +61,11 @@ Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint
 Status ApplyStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& target,
                    const char* what);
 
+// Validates the whole stream like ApplyStream, then lists its changes (the encodings'
+// DecodeChanges): positions and new bits into arrays of room for `capacity` changes (a stream of
+// more is refused); returns how many. The target is not written.
+Result<uint64_t> ListStream(const uint8_t* stream, uint64_t len, const refit_decode_target_t& old,
+                            const char* what, uint64_t* positions, uint8_t* values,
+                            uint64_t capacity);
+
 }  // namespace refit::deltas

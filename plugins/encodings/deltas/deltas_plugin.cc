@@ -43,6 +43,14 @@ class DeltasEncoding {
     REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     return refit::deltas::ApplyStream(payload, len, t, "deltas payload");
   }
+
+  Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                                 const refit_decode_target_t& old, uint64_t* positions,
+                                 uint8_t* values, uint64_t capacity) const {
+    REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(old).status());
+    return refit::deltas::ListStream(payload, len, old, "deltas payload", positions, values,
+                                     capacity);
+  }
 };
 
 }  // namespace

@@ -85,7 +85,9 @@ class DeltasZstdEncoding {
     return kHeaderBytes + *body;
   }
 
-  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+  // The payload's deltas stream, decompressed (its header checked, its size bounded by the run).
+  static Result<refit::kernels::UninitVector<uint8_t>> Decompressed(
+      const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) {
     REFIT_RETURN_NOT_OK(refit::sdk::CheckDecodeTarget(t).status());
     if (len < kHeaderBytes || payload == nullptr) {
       return Status::Corrupt("deltas_zstd payload has " + std::to_string(len) +
@@ -118,7 +120,21 @@ class DeltasZstdEncoding {
     Status st = refit::codec::Decompress(codec, payload + kHeaderBytes, len - kHeaderBytes,
                                          raw.data(), raw_size);
     if (!st.ok()) return Status::Corrupt("deltas_zstd payload: " + st.message());
+    return raw;
+  }
+
+  Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t& t) const {
+    REFIT_ASSIGN_OR_RAISE(refit::kernels::UninitVector<uint8_t> raw, Decompressed(payload, len, t));
     return refit::deltas::ApplyStream(raw.data(), raw.size(), t, "deltas_zstd payload stream");
+  }
+
+  Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
+                                 const refit_decode_target_t& old, uint64_t* positions,
+                                 uint8_t* values, uint64_t capacity) const {
+    REFIT_ASSIGN_OR_RAISE(refit::kernels::UninitVector<uint8_t> raw,
+                          Decompressed(payload, len, old));
+    return refit::deltas::ListStream(raw.data(), raw.size(), old, "deltas_zstd payload stream",
+                                     positions, values, capacity);
   }
 
  private:
