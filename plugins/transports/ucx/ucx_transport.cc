@@ -504,6 +504,10 @@ void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t va
 // spool object it does not hold replayed and is told which of its objects are gone.
 void UcxTransport::OnHello(const Event& e) {
   const std::string& id = e.header.key;
+  // Its relay address: the port it listens on, at the address it connected from. Asked of the
+  // worker before mu_ is taken (the lock order is the worker's mutex, then ours).
+  const std::string from = worker_->PeerName(e.conn);
+  const bool relays = options_.k > 0 && e.header.a > 0 && e.header.a <= 65535;
   std::vector<ConnId> stale;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -513,16 +517,14 @@ void UcxTransport::OnHello(const Event& e) {
     Peer& peer = peers_[e.conn];
     peer.id = id;
     peer.ready = true;
-    if (options_.k > 0 && e.header.a > 0 && e.header.a <= 65535) {
-      // Its listening port, at the address it connected from.
-      const std::string from = worker_->PeerName(e.conn);
+    if (relays) {
       peer.relay_address = from.substr(0, from.rfind(':')) + ":" + std::to_string(e.header.a);
     }
   }
   cv_.notify_all();  // AwaitReceivers
   for (ConnId conn : stale) worker_->Close(conn, "receiver " + id + " reconnected");
-  if (options_.k > 0 && e.header.a > 0) JoinTree(e.conn);
-  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + worker_->PeerName(e.conn));
+  if (relays) JoinTree(e.conn);
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + from);
   sdk::Log(REFIT_LOG_DEBUG, kLog, "receiver " + id + " lanes: " + worker_->Lanes(e.conn));
   Replay(e.conn, std::string(e.data.begin(), e.data.end()));
   Reply(e.conn, e.header.id, Status::OK(), 0, nullptr);
@@ -908,7 +910,7 @@ void UcxTransport::OnTree(const Event& e) {
       if (children_.count(address) == 0) added[address] = placed_at;
     }
   }
-  cv_.notify_all();  // a read waiting for a tree push placed_at_ now covers reads the sender
+  cv_.notify_all();  // a read waiting for a push our new placed_at_ covers reads the sender
   for (ConnId conn : gone) worker_->Close(conn, "no longer a child in the relay tree");
   ConnectChildren(added);
 }
@@ -939,7 +941,7 @@ void UcxTransport::ConnectChildren(const std::map<std::string, uint64_t>& added)
 }
 
 // A child's connection failed (it died, or took no data for send_timeout_ms): the sender is told,
-// drops it and rebuilds the tree; this relay goes on with its other children.
+// drops it and re-parents its subtree; this relay goes on with its other children.
 void UcxTransport::OnChildDown(const Event& e) {
   std::string address;
   std::optional<ConnId> sender_conn;
