@@ -10,6 +10,7 @@ Environment: REFIT_CLI (the refit binary), REFIT_UCX_TLS (the tls key, e.g. "tcp
 when the refit binary has no ucx transport."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,15 +60,20 @@ class UcxCase(unittest.TestCase):
         # The sender has a file of its own: rewriting a receiver's while it starts would race.
         path = os.path.join(self.dir, f"{name or rid}.toml")
         names = ", ".join(f'"r{i}"' for i in range(receivers))
+        base = (f'[sender]\nstate_dir = "{self.dir}/sender"\nreceivers = [{names}]\n'
+                f"ack_timeout_s = 30\npoll_interval_ms = 10\n{self.sender_extra}\n\n"
+                f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\npoll_interval_ms = 20\n\n'
+                f'[transport]\nname = "ucx"\n{self.transport_extra}\n\n'
+                f'[transport.ucx]\nlisten = "127.0.0.1:0"\n'
+                f'rendezvous_file = "{self.dir}/sender.addr"\nspool_dir = "{self.dir}/spool"\n'
+                f'spool_fsync = false\ntls = "{TLS}"\nconnect_timeout_ms = 200\n'
+                f"reconnect_max_ms = 200\n").split("\n")
+        # A key of `extra` (written into [transport.ucx]) replaces the default written above.
+        overridden = {ln.split(" = ")[0] for ln in extra.splitlines() if " = " in ln}
+        ucx_at = base.index("[transport.ucx]")
+        base = base[:ucx_at] + [ln for ln in base[ucx_at:] if ln.split(" = ")[0] not in overridden]
         with open(path, "w") as f:
-            f.write(f'[sender]\nstate_dir = "{self.dir}/sender"\nreceivers = [{names}]\n'
-                    f"ack_timeout_s = 30\npoll_interval_ms = 10\n{self.sender_extra}\n\n"
-                    f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\npoll_interval_ms = 20\n\n'
-                    f'[transport]\nname = "ucx"\n{self.transport_extra}\n\n'
-                    f'[transport.ucx]\nlisten = "127.0.0.1:0"\n'
-                    f'rendezvous_file = "{self.dir}/sender.addr"\nspool_dir = "{self.dir}/spool"\n'
-                    f'spool_fsync = false\ntls = "{TLS}"\nconnect_timeout_ms = 200\n'
-                    f"reconnect_max_ms = 200\n\n{extra}")
+            f.write("\n".join(base) + "\n" + extra)
         return path
 
     def start(self, *args, env_extra=None):
@@ -324,6 +330,142 @@ class KilledReceiver(UcxCase):
             self.assert_model_is(rid, vs[2], "after version 3")
             code, err = self.finish(started[rid])
             self.assertEqual(code, 0, f"{rid}: {err}")
+
+
+# The relay tree's suites: k = 2, and each `refit send` waits for every receiver before its first
+# put, so that put goes down the tree (a receiver joining after it is replayed it instead).
+K = 2
+BYTES_OUT = re.compile(r"sender bytes out: (\d+) \(pushed (\d+), replayed (\d+), "
+                       r"served to reads (\d+); k = (\d+)\)")
+FORWARDED = re.compile(r"(\d+) bytes forwarded to its children")
+JOINED = re.compile(r"receiver (r\d+) connected from")
+
+
+def relay_extra(receivers, more=""):
+    return f"k = {K}\nawait_receivers = {receivers}\nconnect_timeout_ms = 20000\n{more}"
+
+
+class RelayCase(UcxCase):
+    def version_bytes(self, version):
+        # What the sender put for a version: its objects in the spool (payloads, manifest,
+        # commit); the receivers' acks live under acks/.
+        top = os.path.join(self.dir, "spool", f"v{version:08d}")
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(top) for f in fs)
+
+    def bytes_out(self, err):
+        found = BYTES_OUT.findall(err)
+        self.assertTrue(found, f"no 'sender bytes out' line: {err}")
+        total, pushed, replayed, served, k = map(int, found[-1])
+        self.assertEqual(k, K)
+        return total, pushed, replayed, served
+
+    def join_order(self, sender_base, receivers):
+        # The sender's info lines, in the order the receivers joined (and so took tree places).
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            order = JOINED.findall(self.err(sender_base))
+            if len(order) >= receivers:
+                return order
+            self.assertLess(time.monotonic(), deadline, f"only {order} joined")
+            time.sleep(0.01)
+
+
+class RelaySync(RelayCase):
+    def test_eight_receivers_through_a_binary_tree(self):
+        # Every receiver bit-exact after every version, the sender sending each version k times
+        # (not 8), the inner receivers forwarding the rest.
+        # The last version only lets the receivers exit (--until-version): one that is done leaves
+        # the tree, and receivers below it still waiting for that version read it from the sender.
+        receivers, vs = 8, versions(4)
+        rids = [f"r{i}" for i in range(receivers)]
+        extra = f"k = {K}\n"
+        started = {rid: self.start_receiver(receivers, rid, len(vs), extra=extra,
+                                            env_extra={"REFIT_LOG": "debug"}) for rid in rids}
+        payloads = 0
+        for v, tensors in enumerate(vs, start=1):
+            err = self.send(receivers, tensors, v, extra=relay_extra(receivers))
+            for rid in rids:
+                self.assert_model_is(rid, tensors, f"after version {v}")
+            if v == len(vs):
+                break
+            payload = self.version_bytes(v)
+            payloads += payload
+            total, pushed, replayed, served = self.bytes_out(err)
+            # Control overhead: acks of other receivers replayed to each receiver that joins.
+            control = 64 * 1024
+            self.assertLessEqual(total, K * payload * 1.02 + control,
+                                 f"version {v}: {payload} bytes put, sender out {total} "
+                                 f"(pushed {pushed}, replayed {replayed}, served {served})")
+            self.assertGreaterEqual(pushed, K * payload, f"version {v}: not pushed down the tree")
+            self.assertEqual(served, 0, f"version {v}: reads missed the inbox")
+        forwarded = 0
+        for rid, proc in started.items():
+            code, err = self.finish(proc)
+            self.assertEqual(code, 0, f"{rid}: {err}")
+            found = FORWARDED.findall(err)
+            self.assertTrue(found, err)
+            forwarded += int(found[-1])
+        # The 6 receivers below the sender's 2 children got each version from a relay.
+        self.assertGreaterEqual(forwarded, (receivers - K) * payloads)
+
+
+class RelayFailure(RelayCase):
+    def fail_inner_receiver(self, place, how):
+        # Version 2 (a new random model: a 2 MiB payload, by rendezvous) crosses links of 4 MB/s
+        # per connection, so the receiver at tree place `place` (1: a child of the sender with
+        # two children; 3: a child of receiver 1 with two children) is hit mid-sync.
+        receivers = 8
+        more = 'link_bandwidth = "4MB"\nsend_timeout_ms = 1000\nmax_inflight_bytes = "64KiB"\n'
+        vs = [make_model([1 << 20, 4096, 77], seed=5), make_model([1 << 20, 4096, 77], seed=6),
+              make_model([1 << 20, 4096, 77], seed=7)]
+        rids = [f"r{i}" for i in range(receivers)]
+        extra = f"k = {K}\n{more}"
+        started = {rid: self.start_receiver(receivers, rid, len(vs), extra=extra) for rid in rids}
+        self.send(receivers, vs[0], 1, extra=relay_extra(receivers, more))
+        sender = self.start("send", "--config",
+                            self.config(receivers, "r0", relay_extra(receivers, more), "sender"),
+                            "--weights", self.weights(vs[1], 2), "--wait",
+                            env_extra={"REFIT_LOG": "debug"})
+        victim = self.join_order(sender[1], receivers)[place - 1]
+        time.sleep(0.3)  # the sender is pushing now (its puts wait for the 8 joins)
+        proc, base = started[victim]
+        os.kill(proc.pid, how)
+        try:
+            for rid in rids:
+                if rid != victim:
+                    self.wait_committed(rid, 2)
+                    self.assert_model_is(rid, vs[1], f"after version 2 ({victim} failed)")
+            deadline = time.monotonic() + BOUND_S
+            while f"receiver {victim} dropped" not in self.err(sender[1]):
+                self.assertLess(time.monotonic(), deadline, f"{victim} was never dropped")
+                time.sleep(0.05)
+            self.assertIn(f"relay tree: node {place} left, 7 receivers remain",
+                          self.err(sender[1]))
+        finally:
+            if how == signal.SIGSTOP:
+                os.kill(proc.pid, signal.SIGCONT)
+        if how == signal.SIGKILL:
+            self.finish(started[victim])
+            started[victim] = self.start_receiver(receivers, victim, len(vs), extra=extra)
+        code, sender_err = self.finish(sender)
+        self.assertEqual(code, 0, f"send of version 2: {sender_err}")
+        for rid in rids:
+            self.assert_model_is(rid, vs[1], "after version 2 (the failed one caught up)")
+        self.send(receivers, vs[2], 3, extra=relay_extra(receivers, more))
+        for rid in rids:
+            self.assert_model_is(rid, vs[2], "after version 3")
+            code, err = self.finish(started[rid])
+            self.assertEqual(code, 0, f"{rid}: {err}")
+        return victim, sender_err
+
+    def test_a_killed_inner_receiver_is_cut_out_of_the_tree_and_catches_up(self):
+        self.fail_inner_receiver(1, signal.SIGKILL)
+
+    def test_a_stopped_relay_child_is_reported_by_its_relay_and_dropped(self):
+        # Its parent is a relay: the relay's sends to it time out, and the relay tells the sender.
+        victim, err = self.fail_inner_receiver(3, signal.SIGSTOP)
+        self.assertRegex(err, f"receiver {victim} dropped: its relay r\\d+ reported: no send "
+                              "completed")
 
 
 def main():

@@ -15,6 +15,8 @@ TEST(UcxWire, HeaderRoundTrips) {
   h.id = 0x0102030405060708ull;
   h.a = 1ull << 40;
   h.b = 7;
+  h.c = 9;
+  h.d = 1ull << 50;
   h.key = "v00000007/payload.r0.000003.st";
   const std::string wire = EncodeHeader(h);
   ASSERT_EQ(wire.size(), kFixedHeaderBytes + h.key.size());
@@ -24,6 +26,8 @@ TEST(UcxWire, HeaderRoundTrips) {
   EXPECT_EQ(back->id, h.id);
   EXPECT_EQ(back->a, h.a);
   EXPECT_EQ(back->b, h.b);
+  EXPECT_EQ(back->c, h.c);
+  EXPECT_EQ(back->d, h.d);
   EXPECT_EQ(back->key, h.key);
 }
 
@@ -37,7 +41,7 @@ TEST(UcxWire, MalformedHeadersAreErrors) {
   EXPECT_FALSE(DecodeHeader(wire.data(), wire.size() - 1).ok());  // key shorter than it says
   std::string longer = wire + "x";
   EXPECT_FALSE(DecodeHeader(longer.data(), longer.size()).ok());
-  for (uint8_t type : {uint8_t{0}, uint8_t{11}, uint8_t{255}}) {
+  for (uint8_t type : {uint8_t{0}, uint8_t{13}, uint8_t{255}}) {
     std::string bad = wire;
     bad[0] = static_cast<char>(type);
     Result<MsgHeader> r = DecodeHeader(bad.data(), bad.size());

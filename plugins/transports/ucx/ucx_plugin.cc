@@ -33,6 +33,16 @@ const refit_config_key_t kUcxKeys[] = {
     {"request_timeout_ms", REFIT_CFG_INT, "30000",
      "Receiver: how long a request to the sender (get, list, put of an ack) may take; a get "
      "waits this long for a sender when none is connected"},
+    {"k", REFIT_CFG_INT, "0",
+     "Relay fan-out (same value on sender and receivers): receivers form a k-ary tree in join "
+     "order and forward each push to their children, so the sender sends k copies; 0: the "
+     "sender pushes to every receiver itself"},
+    {"await_receivers", REFIT_CFG_INT, "0",
+     "Sender: wait (up to connect_timeout_ms) for this many receivers before the first put, so "
+     "it goes down the tree instead of being replayed to each late receiver"},
+    {"link_bandwidth", REFIT_CFG_SIZE, "0",
+     "Benchmarks: bytes per second of each connection's pushes of puts (the sender's, and "
+     "relays' forwards), as if every receiver had a link of its own; 0: unlimited"},
 };
 }  // namespace
 

@@ -16,7 +16,8 @@ struct UcxTransport::Pending {
   Status status;
   uint64_t value = 0;
   uint64_t pushed = 0;
-  ConnId conn = 0;  // the connection it was sent on: only its loss fails the request
+  uint64_t tree_seq = 0;  // size replies: the tree push of the key still on its way (0: none)
+  ConnId conn = 0;        // the connection it was sent on: only its loss fails the request
   std::vector<uint8_t> data;
 };
 
@@ -81,6 +82,18 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Create(const sdk::ConfigView
   REFIT_ASSIGN_OR_RAISE(o.max_inflight_bytes,
                         cfg.GetSize("max_inflight_bytes", o.max_inflight_bytes));
   REFIT_ASSIGN_OR_RAISE(o.inbox_bytes, cfg.GetSize("inbox_bytes", o.inbox_bytes));
+  REFIT_ASSIGN_OR_RAISE(int64_t k, cfg.GetInt("k", 0));
+  REFIT_ASSIGN_OR_RAISE(int64_t await_receivers, cfg.GetInt("await_receivers", 0));
+  if (k < 0 || k > 64) {
+    return Status::Invalid("ucx transport: k = " + std::to_string(k) + " is not in [0, 64]");
+  }
+  if (await_receivers < 0) {
+    return Status::Invalid("ucx transport: await_receivers = " + std::to_string(await_receivers) +
+                           " is negative");
+  }
+  REFIT_ASSIGN_OR_RAISE(o.link_bandwidth, cfg.GetSize("link_bandwidth", 0));
+  o.k = static_cast<uint64_t>(k);
+  o.await_receivers = static_cast<uint64_t>(await_receivers);
   const std::pair<const char*, std::chrono::milliseconds*> times[] = {
       {"connect_timeout_ms", &o.connect_timeout},
       {"reconnect_max_ms", &o.reconnect_max},
@@ -146,8 +159,40 @@ Status UcxTransport::StartSender() {
     REFIT_RETURN_NOT_OK(
         internal::WriteFileAtomic(options_.rendezvous_file, address_ + "\n", false));
   }
-  sdk::Log(REFIT_LOG_INFO, kLog, "sender listening on " + address_ + " (tls " + options_.tls + ")");
+  // Seqs of a newer sender process are larger: a receiver's inbox may hold an older one's.
+  tree_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+  sdk::Log(REFIT_LOG_INFO, kLog,
+           "sender listening on " + address_ + " (tls " + options_.tls +
+               (options_.k > 0 ? ", relay fan-out k = " + std::to_string(options_.k) : "") + ")");
+  AwaitReceivers();
   return Status::OK();
+}
+
+// await_receivers: the first put goes down the tree to everyone instead of being replayed to
+// each receiver that connects after it.
+void UcxTransport::AwaitReceivers() {
+  if (options_.await_receivers == 0) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  while (peers_.size() < options_.await_receivers) {
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
+  }
+  sdk::Log(REFIT_LOG_DEBUG, kLog,
+           std::to_string(peers_.size()) + " of " + std::to_string(options_.await_receivers) +
+               " awaited receivers connected before the first put");
+}
+
+void UcxTransport::LogBytesOut() {
+  const uint64_t pushed = bytes_pushed_.load();
+  const uint64_t replayed = bytes_replayed_.load();
+  const uint64_t served = bytes_served_.load();
+  sdk::Log(REFIT_LOG_INFO, kLog,
+           "sender bytes out: " + std::to_string(pushed + replayed + served) + " (pushed " +
+               std::to_string(pushed) + ", replayed " + std::to_string(replayed) +
+               ", served to reads " + std::to_string(served) +
+               "; k = " + std::to_string(options_.k) + ")");
 }
 
 UcxTransport::~UcxTransport() {
@@ -158,14 +203,22 @@ UcxTransport::~UcxTransport() {
   cv_.notify_all();
   if (connector_.joinable()) connector_.join();
   if (!sender()) SayBye();
+  if (relay_port_ != 0) {
+    // A parent told to connect to us before the sender had our bye does so now: let that finish
+    // while the worker still runs. UCX 1.13 crashes (ucp_cm_server_conn_request_cb, on its async
+    // thread) when a connection request half received completes after its listener is gone.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   if (!sender()) {
     sdk::Log(REFIT_LOG_DEBUG, kLog,
              "receiver " + peer_id_ + ": " + std::to_string(remote_gets_.load()) +
-                 " reads were served by the sender (not pushed, evicted or read before)");
+                 " reads were served by the sender (not pushed, evicted or read before); " +
+                 std::to_string(bytes_forwarded_.load()) + " bytes forwarded to its children");
   }
   if (worker_ != nullptr && sender() && !worker_->Flush(options_.send_timeout)) {
     sdk::Log(REFIT_LOG_WARN, kLog, "sender exits with pushes not completed");
   }
+  if (sender()) LogBytesOut();
   if (worker_ != nullptr) worker_->Stop();  // no handler call after this; then no worker
   worker_.reset();
   if (sender() && !options_.rendezvous_file.empty()) {
@@ -194,18 +247,222 @@ std::vector<ConnId> UcxTransport::ReadyPeers() {
   return out;
 }
 
+// ------------------------------------------------------------------ sender: the relay tree
+
+// mu_ held. Node 0 is the sender, node i + 1 is tree_[i]; node n's children are nodes n*k + 1 ..
+// n*k + k: the tree is as shallow as k allows and a receiver joining is its last leaf.
+std::vector<ConnId> UcxTransport::TreeChildrenLocked(size_t node) {
+  std::vector<ConnId> out;
+  for (size_t child = node * options_.k + 1;
+       child <= node * options_.k + options_.k && child <= tree_.size(); ++child) {
+    out.push_back(tree_[child - 1]);
+  }
+  return out;
+}
+
+// A put's tree push seq, taken before the object is in the spool: a receiver that sees it there
+// (a list, a size) is told to wait for its push rather than read it from the sender. A receiver
+// placed after this seq was taken gets it some other way (placed_at >= seq).
+uint64_t UcxTransport::TakeTreeSeq(const std::string& key) {
+  std::lock_guard<std::mutex> lk(mu_);
+  tree_seq_of_[key] = ++tree_seq_;
+  return tree_seq_;
+}
+
+// A put (header.id: its tree seq): the sender's tree children and every receiver outside the
+// tree (one that does not relay) get it; the tree forwards it to the rest. tree_mu_ is held while
+// it is posted, so every kTree posted before it reached the sender's connections first.
+Status UcxTransport::PushDown(const MsgHeader& header, Bytes data) {
+  const uint64_t bytes = data ? data->size() : 0;
+  ReserveWindow(bytes);
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  std::vector<ConnId> conns;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conns = TreeChildrenLocked(0);
+    for (const auto& [conn, peer] : peers_) {
+      if (peer.ready && !peer.in_tree) conns.push_back(conn);
+    }
+  }
+  PostPush(conns, header, std::move(data), bytes, &bytes_pushed_);
+  return Status::OK();
+}
+
+// tree_mu_ held. Tells each of `to` its children ("host:port\tplaced_at" lines: a relay forwards
+// a new child what it holds past that seq) and its own placed_at.
+void UcxTransport::SendTreeLocked(const std::vector<ConnId>& to) {
+  std::vector<std::pair<ConnId, MsgHeader>> messages;
+  std::vector<Bytes> lists;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (ConnId conn : to) {
+      auto at = std::find(tree_.begin(), tree_.end(), conn);
+      if (at == tree_.end()) continue;
+      std::string text;
+      for (ConnId child : TreeChildrenLocked(static_cast<size_t>(at - tree_.begin()) + 1)) {
+        auto c = peers_.find(child);
+        if (c == peers_.end()) continue;  // dropped; its LeaveTree follows
+        text += c->second.relay_address + "\t" + std::to_string(c->second.placed_at) + "\n";
+      }
+      auto peer = peers_.find(conn);
+      if (peer == peers_.end()) continue;
+      MsgHeader h;
+      h.type = MsgType::kTree;
+      h.a = peer->second.placed_at;
+      messages.emplace_back(conn, h);
+      lists.push_back(std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end()));
+    }
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Status st = worker_->Send(messages[i].first, messages[i].second, lists[i], nullptr);
+    if (!st.ok()) worker_->Close(messages[i].first, st.message());
+  }
+}
+
+// A receiver that relays joins as the last leaf: only it and its parent hear of it.
+void UcxTransport::JoinTree(ConnId conn) {
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  std::vector<ConnId> told = {conn};
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto peer = peers_.find(conn);
+    if (peer == peers_.end() || peer->second.in_tree) return;
+    peer->second.in_tree = true;
+    peer->second.placed_at = tree_seq_;
+    tree_.push_back(conn);
+    const size_t parent = (tree_.size() - 1) / options_.k;  // node number; 0: the sender
+    if (parent > 0) told.push_back(tree_[parent - 1]);
+  }
+  SendTreeLocked(told);
+}
+
+// mu_ held. Node `node` and every node below it.
+std::vector<size_t> UcxTransport::SubtreeLocked(size_t node) {
+  std::vector<size_t> out = {node};
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t child = out[i] * options_.k + 1;
+         child <= out[i] * options_.k + options_.k && child <= tree_.size(); ++child) {
+      out.push_back(child);
+    }
+  }
+  return out;
+}
+
+// A receiver left or was dropped: the last leaf takes its place (no other receiver moves). That
+// leaf and the subtree it now heads are re-placed: a tree push on its way through the dropped
+// receiver may never reach them, so they read what they miss from the sender. Their parents hear
+// of their new children.
+void UcxTransport::LeaveTree(ConnId conn) {
+  std::lock_guard<std::mutex> tree(tree_mu_);
+  std::vector<ConnId> told;
+  size_t hole = 0;
+  size_t remain = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto at = std::find(tree_.begin(), tree_.end(), conn);
+    if (at == tree_.end()) return;
+    hole = static_cast<size_t>(at - tree_.begin()) + 1;  // node numbers: 0 is the sender
+    const size_t last = tree_.size();
+    *at = tree_.back();
+    tree_.pop_back();
+    remain = tree_.size();
+    std::vector<size_t> parents = {(last - 1) / options_.k};  // the last leaf's old parent
+    if (hole != last) {
+      parents.push_back((hole - 1) / options_.k);
+      for (size_t node : SubtreeLocked(hole)) {
+        auto peer = peers_.find(tree_[node - 1]);
+        if (peer != peers_.end()) peer->second.placed_at = tree_seq_;
+        told.push_back(tree_[node - 1]);
+      }
+    }
+    for (size_t parent : parents) {
+      if (parent > 0 && parent <= tree_.size()) told.push_back(tree_[parent - 1]);
+    }
+  }
+  std::sort(told.begin(), told.end());
+  told.erase(std::unique(told.begin(), told.end()), told.end());
+  sdk::Log(REFIT_LOG_INFO, kLog,
+           "relay tree: node " + std::to_string(hole) + " left, " + std::to_string(remain) +
+               " receivers remain, " + std::to_string(told.size()) + " told their new place");
+  SendTreeLocked(told);
+}
+
+// A relay says a child of its stopped taking data: that receiver is dropped like one whose sends
+// time out here (it reconnects and catches up as a late joiner).
+void UcxTransport::OnReport(const Event& e) {
+  std::optional<ConnId> victim;
+  std::string relay;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [conn, peer] : peers_) {
+      if (peer.relay_address == e.header.key) victim = conn;
+      if (conn == e.conn) relay = peer.id;
+    }
+  }
+  if (!victim) return;  // gone already
+  worker_->Close(*victim,
+                 "its relay " + relay + " reported: " + std::string(e.data.begin(), e.data.end()));
+}
+
+// mu_ held. The tree push of `key` a receiver may still be waiting for (0: none, read it here).
+uint64_t UcxTransport::AwaitedTreeSeq(ConnId conn, const std::string& key) {
+  auto peer = peers_.find(conn);
+  auto seq = tree_seq_of_.find(key);
+  if (peer == peers_.end() || !peer->second.in_tree || seq == tree_seq_of_.end()) return 0;
+  return seq->second > peer->second.placed_at ? seq->second : 0;
+}
+
 // Pushes one object to conns, within the max_inflight_bytes window (an object larger than the
 // window goes alone). A receiver the send cannot reach is dropped, never waited for.
-Status UcxTransport::PushTo(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data) {
+Status UcxTransport::PushTo(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                            std::atomic<uint64_t>* bytes_out) {
   if (conns.empty()) return Status::OK();
   const uint64_t bytes = data ? data->size() : 0;
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    while (!stop_ && inflight_ != 0 && inflight_ + bytes > options_.max_inflight_bytes) {
-      cv_.wait(lk);
-    }
-    inflight_ += bytes;
+  ReserveWindow(bytes);
+  if (bytes_out == nullptr) bytes_out = sender() ? &bytes_pushed_ : &bytes_forwarded_;
+  PostPush(conns, header, std::move(data), bytes, bytes_out);
+  return Status::OK();
+}
+
+void UcxTransport::ReserveWindow(uint64_t bytes) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_ && inflight_ != 0 && inflight_ + bytes > options_.max_inflight_bytes) {
+    cv_.wait(lk);
   }
+  inflight_ += bytes;
+}
+
+// link_bandwidth: each connection is a link of that rate (a token bucket holding 10 ms of it, at
+// least 64 KiB); an object waits until it crossed the slowest of its links, which run in parallel
+// (one emulated link per receiver, not one NIC shared by all). Only pushes of puts and their
+// forwards are paced: replays and replies are sent by the dispatch thread, which a sleep would
+// keep from answering anyone (an artifact of the emulation, not of a link).
+void UcxTransport::PaceLinks(const std::vector<ConnId>& conns, uint64_t bytes) {
+  if (options_.link_bandwidth == 0 || bytes == 0) return;
+  const double rate = static_cast<double>(options_.link_bandwidth);
+  const double burst = std::max(rate / 100, 65536.0);
+  double wait_s = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (ConnId conn : conns) {
+      auto [it, added] = pace_.try_emplace(conn, LinkPace{burst, now});
+      LinkPace& pace = it->second;
+      pace.tokens = std::min(
+          burst, pace.tokens + rate * std::chrono::duration<double>(now - pace.at).count());
+      pace.at = now;
+      pace.tokens -= static_cast<double>(bytes);
+      if (pace.tokens < 0) wait_s = std::max(wait_s, -pace.tokens / rate);
+    }
+  }
+  if (wait_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+}
+
+// Posts one object (its bytes already in the window) to conns; they leave the window once every
+// send of it completed or failed. bytes_out counts what was posted.
+void UcxTransport::PostPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                            uint64_t bytes, std::atomic<uint64_t>* bytes_out) {
+  if (bytes_out != &bytes_replayed_) PaceLinks(conns, bytes);
   auto group = std::make_shared<PushGroup>();
   group->transport = this;
   group->bytes = bytes;
@@ -217,12 +474,12 @@ Status UcxTransport::PushTo(const std::vector<ConnId>& conns, const MsgHeader& h
       worker_->Close(conn, st.message());
       continue;
     }
+    *bytes_out += bytes;
     std::lock_guard<std::mutex> lk(mu_);
     auto peer = peers_.find(conn);
     if (peer != peers_.end()) ++peer->second.pushed;
   }
   PushDone{group}(Status::OK());
-  return Status::OK();
 }
 
 Result<Bytes> UcxTransport::ReadSpool(const std::string& key, uint64_t offset, uint64_t len) {
@@ -231,8 +488,10 @@ Result<Bytes> UcxTransport::ReadSpool(const std::string& key, uint64_t offset, u
   return Bytes(std::move(out));
 }
 
-void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data) {
+void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data,
+                         uint64_t tree_seq) {
   MsgHeader h;
+  h.d = tree_seq;
   h.type = MsgType::kReply;
   h.id = id;
   h.a = static_cast<uint64_t>(st.code());
@@ -251,16 +510,27 @@ void UcxTransport::Reply(ConnId conn, uint64_t id, const Status& st, uint64_t va
 // spool object it does not hold replayed and is told which of its objects are gone.
 void UcxTransport::OnHello(const Event& e) {
   const std::string& id = e.header.key;
+  // Its relay address: the port it listens on, at the address it connected from. Asked of the
+  // worker before mu_ is taken (the lock order is the worker's mutex, then ours).
+  const std::string from = worker_->PeerName(e.conn);
+  const bool relays = options_.k > 0 && e.header.a > 0 && e.header.a <= 65535;
   std::vector<ConnId> stale;
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& [conn, peer] : peers_) {
       if (peer.id == id && conn != e.conn) stale.push_back(conn);
     }
-    peers_[e.conn] = Peer{id, true, 0};
+    Peer& peer = peers_[e.conn];
+    peer.id = id;
+    peer.ready = true;
+    if (relays) {
+      peer.relay_address = from.substr(0, from.rfind(':')) + ":" + std::to_string(e.header.a);
+    }
   }
+  cv_.notify_all();  // AwaitReceivers
   for (ConnId conn : stale) worker_->Close(conn, "receiver " + id + " reconnected");
-  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + worker_->PeerName(e.conn));
+  if (relays) JoinTree(e.conn);
+  sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " connected from " + from);
   sdk::Log(REFIT_LOG_DEBUG, kLog, "receiver " + id + " lanes: " + worker_->Lanes(e.conn));
   Replay(e.conn, std::string(e.data.begin(), e.data.end()));
   Reply(e.conn, e.header.id, Status::OK(), 0, nullptr);
@@ -285,7 +555,7 @@ void UcxTransport::Replay(ConnId conn, const std::string& inventory) {
     MsgHeader h;
     h.type = MsgType::kPush;
     h.key = key;
-    PushTo({conn}, h, std::move(data).value()).ok();
+    PushTo({conn}, h, std::move(data).value(), &bytes_replayed_).ok();
     ++replayed;
   }
   for (const auto& [key, size] : held) {
@@ -303,6 +573,7 @@ void UcxTransport::OnRequest(const Event& e) {
   Status st =
       h.type == MsgType::kList ? ValidateTransportPrefix(h.key) : ValidateTransportKey(h.key);
   uint64_t value = 0;
+  uint64_t tree_seq = 0;
   Bytes data;
   if (st.ok() && h.type == MsgType::kUpload) {
     st = spool_->Put(h.key, e.data.data(), e.data.size());
@@ -312,10 +583,13 @@ void UcxTransport::OnRequest(const Event& e) {
     Result<std::optional<uint64_t>> size = spool_->Size(h.key);
     st = size.status();
     if (st.ok() && size.value()) value = **size + 1;  // 0: not found
+    std::lock_guard<std::mutex> lk(mu_);
+    tree_seq = AwaitedTreeSeq(e.conn, h.key);
   } else if (st.ok() && h.type == MsgType::kGet) {
     Result<Bytes> got = ReadSpool(h.key, h.a, h.b);
     st = got.status();
     if (st.ok()) data = std::move(got).value();
+    if (st.ok()) bytes_served_ += data->size();
   } else if (st.ok() && h.type == MsgType::kList) {
     Result<std::vector<std::pair<std::string, uint64_t>>> listed = spool_->List(h.key);
     st = listed.status();
@@ -326,7 +600,7 @@ void UcxTransport::OnRequest(const Event& e) {
       data = std::make_shared<std::vector<uint8_t>>(text.begin(), text.end());
     }
   }
-  Reply(e.conn, h.id, st, value, std::move(data));
+  Reply(e.conn, h.id, st, value, std::move(data), tree_seq);
 }
 
 void UcxTransport::OnBye(const Event& e) {
@@ -339,6 +613,7 @@ void UcxTransport::OnBye(const Event& e) {
     peers_.erase(it);
   }
   sdk::Log(REFIT_LOG_INFO, kLog, "receiver " + id + " left");
+  LeaveTree(e.conn);
 }
 
 void UcxTransport::OnPeerDown(const Event& e) {
@@ -355,6 +630,7 @@ void UcxTransport::OnPeerDown(const Event& e) {
       conn_.reset();
       was_sender = true;
     }
+    pace_.erase(e.conn);
     for (auto& [rid, p] : pending_) {
       if (!p->done && p->conn == e.conn) {
         p->done = true;
@@ -368,6 +644,8 @@ void UcxTransport::OnPeerDown(const Event& e) {
   } else if (was_sender) {
     sdk::Log(REFIT_LOG_INFO, kLog, "disconnected from the sender " + address_ + ": " + e.why);
   }
+  if (sender()) LeaveTree(e.conn);
+  if (!sender() && !was_sender) OnChildDown(e);
 }
 
 void UcxTransport::OnEvent(Event event) {
@@ -376,6 +654,7 @@ void UcxTransport::OnEvent(Event event) {
   if (sender()) {
     if (type == MsgType::kHello) return OnHello(event);
     if (type == MsgType::kBye) return OnBye(event);
+    if (type == MsgType::kReport) return OnReport(event);
     if (type == MsgType::kUpload || type == MsgType::kRemove || type == MsgType::kSize ||
         type == MsgType::kGet || type == MsgType::kList) {
       return OnRequest(event);
@@ -383,6 +662,7 @@ void UcxTransport::OnEvent(Event event) {
   } else {
     if (type == MsgType::kPush || type == MsgType::kDrop) return OnPush(std::move(event));
     if (type == MsgType::kReply) return OnReply(std::move(event));
+    if (type == MsgType::kTree) return OnTree(event);
   }
   worker_->Close(event.conn, "unexpected message type " + std::to_string(static_cast<int>(type)) +
                                  " for this role");
@@ -402,6 +682,11 @@ Status UcxTransport::StartReceiver() {
   wo.tls = options_.tls;
   wo.send_timeout = options_.send_timeout;
   REFIT_ASSIGN_OR_RAISE(worker_, Worker::Start(wo, this));
+  if (options_.k > 0) {
+    // Any interface, any free port: the sender tells our parent the address we connect from.
+    REFIT_ASSIGN_OR_RAISE(HostPort relay, worker_->Listen(HostPort{"0.0.0.0", 0}));
+    relay_port_ = relay.port;
+  }
   connector_ = std::thread(&UcxTransport::ConnectLoop, this);
   // A sender already up is joined before the first call; one that is not is waited for in the
   // background (a receiver may well start first).
@@ -449,11 +734,12 @@ Status UcxTransport::ConnectOnce() {
     address_ = target;
     push_conn_ = conn;
     delivered_ = 0;
+    placed_at_ = 0;  // until this sender places us in its tree
   }
   std::string inventory = Inventory();
   auto data = std::make_shared<std::vector<uint8_t>>(inventory.begin(), inventory.end());
   Result<std::shared_ptr<Pending>> hello =
-      Request(conn, MsgType::kHello, peer_id_, 0, 0, std::move(data));
+      Request(conn, MsgType::kHello, peer_id_, relay_port_, 0, std::move(data));
   Status st = hello.ok() ? FlushOutbox(conn) : hello.status();
   if (!st.ok()) {
     worker_->Close(conn, st.message());
@@ -566,6 +852,7 @@ void UcxTransport::OnReply(Event e) {
     p.status = FromReply(e.header.a, e.header.key);
     p.value = e.header.b;
     p.pushed = e.header.c;
+    p.tree_seq = e.header.d;
     p.data = std::move(e.data);
   }
   cv_.notify_all();
@@ -585,7 +872,18 @@ void UcxTransport::OnPush(Event e) {
       inbox_.erase(it);
     }
   } else {
-    StoreInInbox(key, std::make_shared<const std::vector<uint8_t>>(std::move(e.data)));
+    Bytes data = std::make_shared<const std::vector<uint8_t>>(std::move(e.data));
+    StoreInInbox(key, data, e.header.id);
+    // A relay forwards a tree push on at once, before the runtime reads it (within its own
+    // in-flight window: a child that takes nothing is dropped after send_timeout_ms).
+    std::vector<ConnId> children;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (e.header.id != 0) {
+        for (const auto& [address, conn] : children_) children.push_back(conn);
+      }
+    }
+    PushTo(children, e.header, std::move(data)).ok();
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -594,27 +892,116 @@ void UcxTransport::OnPush(Event e) {
   cv_.notify_all();
 }
 
+// The sender (re)placed this receiver in its tree: connect to new children (and forward them
+// what arrived for them before this message did), close the ones no longer ours.
+void UcxTransport::OnTree(const Event& e) {
+  std::map<std::string, uint64_t> wanted;  // "host:port" -> the child's placed_at
+  for (const auto& [address, placed_at] : ParseListing(e.data)) {
+    if (ParseHostPort(address, "relay child").ok()) wanted[address] = placed_at;
+  }
+  std::map<std::string, uint64_t> added;
+  std::vector<ConnId> gone;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (push_conn_ != e.conn) return;  // an older sender's
+    placed_at_ = std::max(placed_at_, e.header.a);
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (wanted.count(it->first) != 0) {
+        ++it;
+        continue;
+      }
+      gone.push_back(it->second);
+      it = children_.erase(it);
+    }
+    for (const auto& [address, placed_at] : wanted) {
+      if (children_.count(address) == 0) added[address] = placed_at;
+    }
+  }
+  cv_.notify_all();  // a read waiting for a push our new placed_at_ covers reads the sender
+  for (ConnId conn : gone) worker_->Close(conn, "no longer a child in the relay tree");
+  ConnectChildren(added);
+}
+
+void UcxTransport::ConnectChildren(const std::map<std::string, uint64_t>& added) {
+  for (const auto& [address, placed_at] : added) {
+    Result<ConnId> conn = worker_->Connect(ParseHostPort(address, "relay child").value());
+    if (!conn.ok()) {
+      sdk::Log(REFIT_LOG_WARN, kLog, "relay: " + conn.status().message());
+      continue;
+    }
+    std::vector<std::pair<MsgHeader, Bytes>> held;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      children_[address] = *conn;
+      for (const auto& [key, entry] : inbox_) {
+        if (entry.data && entry.tree_seq > placed_at) {
+          MsgHeader h;
+          h.type = MsgType::kPush;
+          h.id = entry.tree_seq;
+          h.key = key;
+          held.emplace_back(h, entry.data);
+        }
+      }
+    }
+    for (auto& [h, data] : held) PushTo({*conn}, h, std::move(data)).ok();
+  }
+}
+
+// A child's connection failed (it died, or took no data for send_timeout_ms): the sender is told,
+// drops it and re-parents its subtree; this relay goes on with its other children.
+void UcxTransport::OnChildDown(const Event& e) {
+  std::string address;
+  std::optional<ConnId> sender_conn;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = children_.begin(); it != children_.end(); ++it) {
+      if (it->second != e.conn) continue;
+      address = it->first;
+      children_.erase(it);
+      break;
+    }
+    sender_conn = conn_;
+  }
+  if (address.empty()) return;  // not a child (a parent's connection to us ended)
+  sdk::Log(REFIT_LOG_WARN, kLog, "relay: child " + address + " dropped: " + e.why);
+  if (!sender_conn) return;  // the next sender builds a tree of its own
+  MsgHeader h;
+  h.type = MsgType::kReport;
+  h.key = address;
+  auto why = std::make_shared<const std::vector<uint8_t>>(e.why.begin(), e.why.end());
+  worker_->Send(*sender_conn, h, why, nullptr).ok();
+}
+
 // Until every push the sender had posted to us when it answered has arrived (or the connection
 // is gone, or request_timeout_ms passed): a payload pushed by rendezvous may still be on its way
 // when the small commit marker pushed after it is already here.
-void UcxTransport::WaitForPushes(uint64_t pushed) {
+// With relay fan-out, also until the key's tree push (tree_seq, 0: none) arrived through our
+// parent, or the sender re-placed us past it (it may never come: read it from the sender).
+void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::string& key) {
   std::unique_lock<std::mutex> lk(mu_);
   const std::optional<ConnId> conn = push_conn_;
   const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
-  while (!stop_ && conn_ == conn && push_conn_ == conn && delivered_ < pushed) {
+  auto tree_push_due = [&] {
+    if (tree_seq <= placed_at_) return false;
+    auto it = inbox_.find(key);
+    return it == inbox_.end() || it->second.tree_seq < tree_seq;
+  };
+  while (!stop_ && conn_ == conn && push_conn_ == conn &&
+         (delivered_ < pushed || tree_push_due())) {
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) return;
   }
 }
 
 // Replaces key's object whole (readers holding the old one keep it); evicts the oldest objects
 // past inbox_bytes: a read of one of them goes to the sender.
-void UcxTransport::StoreInInbox(const std::string& key, Bytes data) {
+void UcxTransport::StoreInInbox(const std::string& key, Bytes data, uint64_t tree_seq) {
   std::lock_guard<std::mutex> lk(mu_);
   Entry& entry = inbox_[key];
   if (entry.data) inbox_held_ -= entry.size;
   entry.size = data->size();
   entry.data = std::move(data);
   entry.seq = ++inbox_seq_;
+  entry.tree_seq = tree_seq;
   inbox_held_ += entry.size;
   while (inbox_held_ > options_.inbox_bytes) {
     auto oldest = inbox_.end();
@@ -660,11 +1047,14 @@ bool UcxTransport::GetFromInbox(const std::string& key, uint64_t offset, uint8_t
 Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
   REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   if (sender()) {
-    REFIT_RETURN_NOT_OK(spool_->Put(key, data, len));
     MsgHeader h;
     h.type = MsgType::kPush;
     h.key = key;
-    return PushTo(ReadyPeers(), h, std::make_shared<const std::vector<uint8_t>>(data, data + len));
+    if (options_.k > 0) h.id = TakeTreeSeq(key);
+    REFIT_RETURN_NOT_OK(spool_->Put(key, data, len));
+    auto bytes = std::make_shared<const std::vector<uint8_t>>(data, data + len);
+    if (options_.k > 0) return PushDown(h, std::move(bytes));
+    return PushTo(ReadyPeers(), h, std::move(bytes));
   }
   auto bytes = std::make_shared<const std::vector<uint8_t>>(data, data + len);
   StoreInInbox(key, bytes);
@@ -741,7 +1131,7 @@ Status UcxTransport::GetThroughSender(const std::string& key, uint64_t offset, u
   Status st;
   REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Pending> p,
                         Request(std::nullopt, MsgType::kSize, key, 0, 0, nullptr));
-  WaitForPushes(p->pushed);
+  WaitForPushes(p->pushed, p->tree_seq, key);
   if (GetFromInbox(key, offset, buf, len, &st)) return st;
   ++remote_gets_;
   REFIT_ASSIGN_OR_RAISE(p, Request(std::nullopt, MsgType::kGet, key, offset, len, nullptr));

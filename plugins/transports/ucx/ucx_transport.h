@@ -12,6 +12,14 @@
 // serve waits for the next sender (up to request_timeout), and it queues its puts until it
 // reconnects.
 //
+// Relay fan-out (k > 0): every receiver also listens, and the sender places the receivers in a
+// k-ary tree in join order (kTree tells each its children). A put is pushed to the sender's k
+// children only; a receiver forwards each tree push to its children as soon as it is in its
+// inbox. Requests, replies and replays stay on each receiver's own connection to the sender. A
+// receiver dropped (timeout, disconnect, or reported by its parent relay) leaves the tree and the
+// last leaf takes its place; what a re-placed receiver may have missed is read from the sender
+// (the size reply says whether a key is still on its way down the tree to that receiver).
+//
 // Threads: each instance has a progress thread and a dispatch thread (ucx_worker.h); a receiver
 // also has a connector thread. Every public method may be called from several threads at once.
 #pragma once
@@ -50,6 +58,9 @@ struct UcxOptions {
   std::chrono::milliseconds reconnect_max{1000};
   std::chrono::milliseconds send_timeout{30000};
   std::chrono::milliseconds request_timeout{30000};
+  uint64_t k = 0;                // relay fan-out; 0: the sender pushes to every receiver itself
+  uint64_t await_receivers = 0;  // sender: receivers to wait for (connect_timeout) before a put
+  uint64_t link_bandwidth = 0;   // bytes/s of each connection's data sends (emulated); 0: no cap
 };
 
 class UcxTransport : public EventHandler {
@@ -77,12 +88,16 @@ class UcxTransport : public EventHandler {
   struct Entry {
     Bytes data;  // null once a payload was read to its end (size kept)
     uint64_t size = 0;
-    uint64_t seq = 0;  // insertion order, for eviction
+    uint64_t seq = 0;       // insertion order, for eviction
+    uint64_t tree_seq = 0;  // the tree push that brought it (0: a replay or its own put)
   };
   struct Peer {
     std::string id;
     bool ready = false;
     uint64_t pushed = 0;  // pushes posted to it (replies carry it: the receiver's read barrier)
+    std::string relay_address;  // "host:port" it listens on for tree pushes; "": not relaying
+    bool in_tree = false;
+    uint64_t placed_at = 0;  // tree pushes up to this seq may not reach it (joined or re-placed)
   };
   UcxTransport(UcxOptions options, refit_transport_role_t role, std::string peer_id)
       : options_(std::move(options)), role_(role), peer_id_(std::move(peer_id)) {}
@@ -91,12 +106,30 @@ class UcxTransport : public EventHandler {
   Status StartReceiver();
 
   // Sender.
-  Status PushTo(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data);
+  // bytes_out: the counter of what is posted (null: pushed on the sender, forwarded on a relay).
+  Status PushTo(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                std::atomic<uint64_t>* bytes_out = nullptr);
+  void ReserveWindow(uint64_t bytes);
+  void PostPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                uint64_t bytes, std::atomic<uint64_t>* bytes_out);
+  uint64_t TakeTreeSeq(const std::string& key);
+  Status PushDown(const MsgHeader& header, Bytes data);
   std::vector<ConnId> ReadyPeers();
+  std::vector<ConnId> TreeChildrenLocked(size_t node);
+  std::vector<size_t> SubtreeLocked(size_t node);
+  void JoinTree(ConnId conn);
+  void LeaveTree(ConnId conn);
+  void SendTreeLocked(const std::vector<ConnId>& to);
+  void OnReport(const Event& e);
+  void AwaitReceivers();
+  void PaceLinks(const std::vector<ConnId>& conns, uint64_t bytes);
+  void LogBytesOut();
   void OnHello(const Event& e);
   void Replay(ConnId conn, const std::string& inventory);
   void OnRequest(const Event& e);
-  void Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data);
+  void Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data,
+             uint64_t tree_seq = 0);
+  uint64_t AwaitedTreeSeq(ConnId conn, const std::string& key);
   void OnPeerDown(const Event& e);
   void OnBye(const Event& e);
   Result<Bytes> ReadSpool(const std::string& key, uint64_t offset, uint64_t len);
@@ -112,8 +145,11 @@ class UcxTransport : public EventHandler {
                                            Bytes data);
   void OnPush(Event e);
   void OnReply(Event e);
-  void StoreInInbox(const std::string& key, Bytes data);
-  void WaitForPushes(uint64_t pushed);
+  void StoreInInbox(const std::string& key, Bytes data, uint64_t tree_seq = 0);
+  void OnTree(const Event& e);
+  void ConnectChildren(const std::map<std::string, uint64_t>& added);
+  void OnChildDown(const Event& e);
+  void WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::string& key);
   bool GetFromInbox(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len,
                     Status* st);
   Status GetThroughSender(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
@@ -131,7 +167,19 @@ class UcxTransport : public EventHandler {
   // Sender.
   std::unique_ptr<disk::DiskTransport> spool_;
   std::map<ConnId, Peer> peers_;
-  uint64_t inflight_ = 0;
+  struct LinkPace {  // link_bandwidth's token bucket of one connection
+    double tokens = 0;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<ConnId, LinkPace> pace_;
+  uint64_t inflight_ = 0;     // both roles: the sender's pushes, a relay's forwards
+  std::mutex tree_mu_;        // orders tree changes (kTree posts) against tree pushes
+  std::vector<ConnId> tree_;  // receivers in the tree, in join order (node i+1's parent: i/k)
+  uint64_t tree_seq_ = 0;     // the last tree push (starts at the clock: unique across senders)
+  std::map<std::string, uint64_t> tree_seq_of_;  // key -> its last tree push
+  std::atomic<uint64_t> bytes_pushed_{0};        // sender bytes out: puts pushed,
+  std::atomic<uint64_t> bytes_replayed_{0};      // replays to late or re-placed receivers,
+  std::atomic<uint64_t> bytes_served_{0};        // and reads served from the spool
   // Receiver.
   std::map<std::string, Entry> inbox_;
   uint64_t inbox_held_ = 0;
@@ -142,6 +190,10 @@ class UcxTransport : public EventHandler {
   std::optional<ConnId> push_conn_;  // the connection whose pushes delivered_ counts
   uint64_t delivered_ = 0;
   std::atomic<uint64_t> remote_gets_{0};  // reads the inbox could not serve (a debug line at exit)
+  uint16_t relay_port_ = 0;               // k > 0: where this receiver listens for tree pushes
+  std::map<std::string, ConnId> children_;  // relay: "host:port" -> connection to that child
+  uint64_t placed_at_ = 0;  // tree pushes up to this seq may not reach this receiver
+  std::atomic<uint64_t> bytes_forwarded_{0};
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   uint64_t next_request_ = 1;
   std::thread connector_;

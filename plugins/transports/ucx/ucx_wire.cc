@@ -26,6 +26,7 @@ std::string EncodeHeader(const MsgHeader& h) {
   PutU64(out, h.a);
   PutU64(out, h.b);
   PutU64(out, h.c);
+  PutU64(out, h.d);
   out.push_back(static_cast<char>(key_len & 0xFF));
   out.push_back(static_cast<char>(key_len >> 8));
   out.append(h.key, 0, key_len);
@@ -39,7 +40,8 @@ Result<MsgHeader> DecodeHeader(const void* data, size_t len) {
   }
   const auto* p = static_cast<const uint8_t*>(data);
   MsgHeader h;
-  if (p[0] < static_cast<uint8_t>(MsgType::kHello) || p[0] > static_cast<uint8_t>(MsgType::kBye)) {
+  if (p[0] < static_cast<uint8_t>(MsgType::kHello) ||
+      p[0] > static_cast<uint8_t>(MsgType::kReport)) {
     return Status::Invalid("ucx transport: unknown message type " + std::to_string(p[0]));
   }
   h.type = static_cast<MsgType>(p[0]);
@@ -47,7 +49,8 @@ Result<MsgHeader> DecodeHeader(const void* data, size_t len) {
   h.a = GetU64(p + 9);
   h.b = GetU64(p + 17);
   h.c = GetU64(p + 25);
-  const size_t key_len = p[33] | (static_cast<size_t>(p[34]) << 8);
+  h.d = GetU64(p + 33);
+  const size_t key_len = p[41] | (static_cast<size_t>(p[42]) << 8);
   if (key_len > kMaxHeaderKey || kFixedHeaderBytes + key_len != len) {
     return Status::Invalid("ucx transport: message header key length " + std::to_string(key_len) +
                            " disagrees with its " + std::to_string(len) + " bytes");

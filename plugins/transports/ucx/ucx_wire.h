@@ -13,8 +13,10 @@ namespace refit::ucx {
 constexpr unsigned kAmId = 7;
 
 enum class MsgType : uint8_t {
-  kHello = 1,  // receiver -> sender: key = peer id, data = the keys it holds ("key\tsize\n")
-  kPush,       // sender -> receiver: key's object is the data (a put, or a replay)
+  kHello = 1,  // receiver -> sender: key = peer id, data = the keys it holds ("key\tsize\n"),
+               // a = the port it listens on for tree pushes (0: it does not relay)
+  kPush,       // sender or relay -> receiver: key's object is the data (a put, or a replay);
+               // id = its tree push seq (0: a replay, sent to this receiver only)
   kDrop,       // sender -> receiver: key was removed
   kUpload,     // receiver -> sender (request): store data under key in the spool
   kRemove,     // receiver -> sender (request): remove key from the spool
@@ -24,6 +26,9 @@ enum class MsgType : uint8_t {
   kReply,      // answer to a request (id) or to kHello: a = StatusCode, b = value, key = message,
                // c = pushes posted to this connection before it
   kBye,        // receiver -> sender: it is leaving (its connection closing is no failure)
+  kTree,       // sender -> receiver (relay fan-out): data = "host:port\tplaced_at" of each of
+               // its children, a = its own placed_at: tree pushes up to that seq may miss it
+  kReport,     // relay -> sender: its child `key` ("host:port") stopped taking data (why = data)
 };
 
 struct MsgHeader {
@@ -32,11 +37,12 @@ struct MsgHeader {
   uint64_t a = 0;
   uint64_t b = 0;
   uint64_t c = 0;  // replies: the pushes the sender had posted to this connection
+  uint64_t d = 0;  // size replies: the tree push seq of the key this receiver still awaits
   std::string key;
 };
 
-// Fixed part: type (1) + id, a, b, c (8 each, little endian) + key length (2); then the key.
-constexpr size_t kFixedHeaderBytes = 35;
+// Fixed part: type (1) + id, a, b, c, d (8 each, little endian) + key length (2); then the key.
+constexpr size_t kFixedHeaderBytes = 43;
 // Keys are at most 512 characters; error messages in replies are cut to this.
 constexpr size_t kMaxHeaderKey = 4096;
 
