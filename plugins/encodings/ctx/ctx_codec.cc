@@ -1353,7 +1353,7 @@ struct ListedOut {
   uint64_t capacity;
   uint64_t count;
   uint64_t* chunk_seen;   // a bit per element of a chunk, all clear between chunks
-  uint16_t* chunk_entry;  // per element of a chunk: its index in the chunk's pending changes
+  uint8_t* chunk_values;  // per element of a chunk: its new bits, where its bit is set
   const uint8_t* old() const { return old_bits; }
   template <typename T>
   CTX_INLINE void Put(uint64_t i, T v) {
@@ -1363,24 +1363,25 @@ struct ListedOut {
     }
     ++count;
   }
-  // Sorts the chunk's changes by marking them in a bitmap of the chunk (its changes number up
-  // to the chunk's size: a bitmap walk is cheaper than a comparison sort).
+  // Sorts the chunk's changes by marking them in a bitmap of the chunk, their new bits computed
+  // on the way into an array of the chunk's elements (its changes number up to the chunk's size:
+  // a bitmap walk is cheaper than a comparison sort), then lists them in bitmap order.
   template <typename T>
   CTX_INLINE void PutChunk(uint64_t chunk, const uint64_t* pending_positions, const uint64_t* steps,
                            uint64_t pending, bool is_float) {
     uint64_t words = 0;
     for (uint64_t e = 0; e < pending; ++e) {
-      const uint64_t at = pending_positions[e] - chunk;
+      const uint64_t i = pending_positions[e];
+      const uint64_t at = i - chunk;
       chunk_seen[at >> 6] |= uint64_t{1} << (at & 63);
-      chunk_entry[at] = static_cast<uint16_t>(e);
+      StoreElem<T>(chunk_values, at,
+                   AddOrderedStep<T>(LoadElem<T>(old_bits, i), static_cast<T>(steps[e]), is_float));
       words = std::max(words, (at >> 6) + 1);
     }
     for (uint64_t w = 0; w < words; ++w) {
       for (uint64_t m = chunk_seen[w]; m != 0; m &= m - 1) {
         const uint64_t at = w * 64 + static_cast<uint64_t>(__builtin_ctzll(m));
-        const uint64_t i = chunk + at;
-        Put(i, AddOrderedStep<T>(LoadElem<T>(old_bits, i), static_cast<T>(steps[chunk_entry[at]]),
-                                 is_float));
+        Put(chunk + at, LoadElem<T>(chunk_values, at));
       }
       chunk_seen[w] = 0;
     }
@@ -2229,10 +2230,10 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
 
 namespace {
 
-// ListedOut's chunk bitmap and entry index, per thread (the bitmap is left clear after use).
+// ListedOut's chunk bitmap and values, per thread (the bitmap is left clear after use).
 struct ListScratch {
   std::vector<uint64_t> chunk_seen = std::vector<uint64_t>(kChunkBlocks * kBlockElems / 64, 0);
-  std::vector<uint16_t> chunk_entry = std::vector<uint16_t>(kChunkBlocks * kBlockElems);
+  std::vector<uint8_t> chunk_values = std::vector<uint8_t>(kChunkBlocks * kBlockElems * 8);
 };
 
 }  // namespace
@@ -2255,7 +2256,7 @@ Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payloa
                 capacity,
                 0,
                 scratch.chunk_seen.data(),
-                scratch.chunk_entry.data()};
+                scratch.chunk_values.data()};
   Status st;
   if (parsed.h.mode == kModeLiteral) {
     WithDType(old.dtype, *parsed.spec, [&](auto elem, auto /*cls*/) {
