@@ -1,7 +1,14 @@
-// Entry point of the `ucx` transport (a loadable plugin: it links UCX, the core does not); the
-// engine is in ucx_transport.{h,cc}, the UCP plumbing in ucx_worker.{h,cc}.
+// Entry point of the `ucx` transport: its name, config keys and a vtable that forwards to the
+// engine (ucx_transport.{h,cc}, the UCP plumbing in ucx_worker.{h,cc}), which lives in a second
+// library, ucx/librefit-ucx-impl.so next to this one, linked against UCX and loaded only when a
+// ucx transport is created. Every refit process loads every plugin to learn its components:
+// loading libucp/libucs/libuct with this table cost each process ~7 ms even when it never used
+// ucx (docs/benchmarks.md).
+#include <dlfcn.h>
+
+#include <string>
+
 #include "refit/sdk/plugin.hpp"
-#include "ucx_transport.h"
 
 namespace {
 const refit_config_key_t kUcxKeys[] = {
@@ -44,11 +51,97 @@ const refit_config_key_t kUcxKeys[] = {
      "Benchmarks: bytes per second of each connection's pushes of puts (the sender's, and "
      "relays' forwards), as if every receiver had a link of its own; 0: unlimited"},
 };
+
+// The engine's vtable, from the library loaded on first use (kept loaded: UCX does not support
+// being unloaded); null with *error set when it cannot be loaded.
+const refit_transport_vtable_t* Engine(const refit_host_api_t* host, std::string* error) {
+  static std::string load_error;
+  static const refit_transport_vtable_t* const engine = [&]() -> const refit_transport_vtable_t* {
+    Dl_info self{};
+    if (::dladdr(reinterpret_cast<const void*>(&Engine), &self) == 0 || self.dli_fname == nullptr) {
+      load_error = "ucx: cannot find this plugin's own path to load its engine";
+      return nullptr;
+    }
+    std::string dir(self.dli_fname);
+    dir = dir.substr(0, dir.find_last_of('/') + 1);
+    const std::string path = dir + "ucx/librefit-ucx-impl.so";
+    void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      load_error = "ucx: cannot load its engine " + path + ": " + ::dlerror();
+      return nullptr;
+    }
+    using EntryFn = const refit_transport_vtable_t* (*)(const refit_host_api_t*);
+    auto entry = reinterpret_cast<EntryFn>(::dlsym(lib, "refit_ucx_engine_v1"));
+    if (entry == nullptr) {
+      load_error = "ucx: " + path + " has no refit_ucx_engine_v1";
+      return nullptr;
+    }
+    return entry(host);
+  }();
+  if (engine == nullptr) *error = load_error;
+  return engine;
+}
+
+// An instance: the engine's vtable and its instance.
+struct Forwarded {
+  const refit_transport_vtable_t* engine;
+  void* instance;
+};
+
+int Create(const refit_host_api_t* host, const refit_config_t* cfg, int32_t role,
+           const char* peer_id, void** instance_p, refit_error_t* err) {
+  std::string error;
+  const refit_transport_vtable_t* engine = Engine(host, &error);
+  if (engine == nullptr) {
+    return refit::sdk::detail::Fail(err, refit::StatusCode::kUnsupported, error);
+  }
+  void* instance = nullptr;
+  const int rc = engine->create(host, cfg, role, peer_id, &instance, err);
+  if (rc != REFIT_OK) return rc;
+  *instance_p = new Forwarded{engine, instance};
+  return REFIT_OK;
+}
+
+void Destroy(void* instance) {
+  auto* f = static_cast<Forwarded*>(instance);
+  f->engine->destroy(f->instance);
+  delete f;
+}
+
+int Put(void* instance, const char* key, const uint8_t* data, uint64_t len, refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->put(f->instance, key, data, len, err);
+}
+
+int Size(void* instance, const char* key, uint64_t* size_p, int* found_p, refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->size(f->instance, key, size_p, found_p, err);
+}
+
+int Get(void* instance, const char* key, uint64_t offset, uint8_t* buf, uint64_t len,
+        refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->get(f->instance, key, offset, buf, len, err);
+}
+
+int List(void* instance, const char* prefix, refit_list_cb cb, void* ctx, refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->list(f->instance, prefix, cb, ctx, err);
+}
+
+int Remove(void* instance, const char* key, refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->remove(f->instance, key, err);
+}
+
+const refit_transport_vtable_t kForwardingVtable = {
+    sizeof(refit_transport_vtable_t), 0, &Create, &Destroy, &Put, &Size, &Get, &List, &Remove};
+
 }  // namespace
 
 REFIT_PLUGIN("ucx", "0.1.0",
-             refit::sdk::MakeTransport<refit::ucx::UcxTransport>(
-                 "ucx",
-                 "Push channel over UCX active messages: the sender spools and pushes every object "
-                 "to its connected receivers",
-                 &kUcxKeys))
+             refit::sdk::detail::Row(REFIT_KIND_TRANSPORT, "ucx",
+                                     "Push channel over UCX active messages: the sender spools and "
+                                     "pushes every object to its connected receivers",
+                                     0, kUcxKeys, sizeof(kUcxKeys) / sizeof(kUcxKeys[0]),
+                                     &kForwardingVtable, 0))
