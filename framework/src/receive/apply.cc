@@ -58,18 +58,29 @@ Status CheckTarget(const Payload& payload, size_t index, const TensorView& targe
   return Status::OK();
 }
 
-// Decodes record `index` over `bits` (n elements holding the box's current bits) in place.
-Status DecodeRecord(const Payload& payload, size_t index, const Encoding& enc, uint8_t* bits,
-                    uint64_t n) {
-  const RecordHeader& r = payload.records()[index];
+// Record r's run of n elements at `bits`, as an encoding's decode functions take it.
+refit_decode_target_t RecordTarget(const RecordHeader& r, uint8_t* bits, uint64_t n) {
   refit_decode_target_t t{};
   t.struct_size = sizeof(t);
   t.dtype = static_cast<int32_t>(r.dtype);
   t.elem_size = SizeOf(r.dtype);
   t.n_elems = n;
   t.bits = bits;
-  return enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, t)
+  return t;
+}
+
+// Decodes record `index` over `bits` (n elements holding the box's current bits) in place.
+Status DecodeRecord(const Payload& payload, size_t index, const Encoding& enc, uint8_t* bits,
+                    uint64_t n) {
+  const RecordHeader& r = payload.records()[index];
+  return enc.Decode(payload.record_bytes(r), r.data_end - r.data_begin, RecordTarget(r, bits, n))
       .WithContext(RecordWhere(payload, index));
+}
+
+Status DigestMismatch(const Payload& payload, size_t index, uint64_t got) {
+  return Status::Corrupt(RecordWhere(payload, index) + ": digest mismatch after apply (expected " +
+                         HexDigest(payload.records()[index].digest) + ", got " + HexDigest(got) +
+                         ")");
 }
 
 // Decodes a record straight into the target (through scratch when its box is not contiguous)
@@ -90,11 +101,7 @@ Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, T
   }
   REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, bits, n));
   uint64_t digest = kernels::Digest64(bits, n * elem);
-  if (digest != r.digest) {
-    return Status::Corrupt(RecordWhere(payload, index) +
-                           ": digest mismatch after apply (expected " + HexDigest(r.digest) +
-                           ", got " + HexDigest(digest) + ")");
-  }
+  if (digest != r.digest) return DigestMismatch(payload, index, digest);
   if (!contiguous) ScatterBox(bits, target.shape, box, elem, target.bytes());
   return Status::OK();
 }
@@ -239,12 +246,6 @@ struct RecordChanges {
   double verify_seconds = 0;
 };
 
-Status DigestMismatch(const Payload& payload, size_t index, uint64_t got) {
-  return Status::Corrupt(RecordWhere(payload, index) + ": digest mismatch after apply (expected " +
-                         HexDigest(payload.records()[index].digest) + ", got " + HexDigest(got) +
-                         ")");
-}
-
 // The encoding lists the record's changes against the old bits (decode_changes), which are then
 // verified by digesting the old bits with the changes patched in, block by block in cache: one
 // read pass, no copy of the record. Unsupported: this payload decodes in place only.
@@ -257,12 +258,8 @@ Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
   const uint64_t capacity = std::min<uint64_t>(r.changed, n);
   out->positions.resize(capacity);
   out->values.resize(capacity * elem);
-  refit_decode_target_t old{};
-  old.struct_size = sizeof(old);
-  old.dtype = static_cast<int32_t>(r.dtype);
-  old.elem_size = elem;
-  old.n_elems = n;
-  old.bits = const_cast<uint8_t*>(old_bits);  // read only: decode_changes never writes it
+  // Read only: decode_changes never writes the target.
+  const refit_decode_target_t old = RecordTarget(r, const_cast<uint8_t*>(old_bits), n);
   refit_decoded_changes_t listed{};
   listed.struct_size = sizeof(listed);
   listed.capacity = capacity;
