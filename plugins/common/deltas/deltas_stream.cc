@@ -71,8 +71,11 @@ bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes) {
          CheckedMul(n_elems, per_elem, &body) && CheckedAdd(body, kStreamHeaderBytes, bytes);
 }
 
-Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
-                       uint64_t n_elems, const char* what, kernels::PositionList* positions) {
+namespace {
+
+// The gap stream's width, and k bounded by its bytes (checked before anything is allocated).
+Status CheckGaps(uint64_t gap_bytes, uint64_t k, uint32_t width, uint64_t n_elems,
+                 const char* what) {
   if (width != 1 && width != 2 && width != 4) {
     return Status::Corrupt(std::string(what) + " gap width " + std::to_string(width) +
                            " is not 1, 2 or 4");
@@ -83,9 +86,23 @@ Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint
                            std::to_string(gap_bytes) + " gap bytes for a run of " +
                            std::to_string(n_elems) + " elements");
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
+                       uint64_t n_elems, const char* what, kernels::PositionList* positions) {
+  REFIT_RETURN_NOT_OK(CheckGaps(gap_bytes, k, width, n_elems, what));
   positions->resize(k);
+  return DecodePositionsInto(gaps, gap_bytes, k, width, n_elems, what, positions->data());
+}
+
+Status DecodePositionsInto(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
+                           uint64_t n_elems, const char* what, uint64_t* positions) {
+  REFIT_RETURN_NOT_OK(CheckGaps(gap_bytes, k, width, n_elems, what));
   const kernels::GapDecodeResult r =
-      kernels::DecodeGaps(gaps, gap_bytes, k, width, n_elems, positions->data());
+      kernels::DecodeGaps(gaps, gap_bytes, k, width, n_elems, positions);
   if (r.error != kernels::GapDecodeError::kOk) {
     return Status::Corrupt(std::string(what) + ": " + kernels::GapDecodeErrorText(r.error) +
                            " (gap " + std::to_string(r.index) + " of " + std::to_string(k) +
@@ -159,13 +176,9 @@ Result<uint64_t> ListStream(const uint8_t* stream, uint64_t len, const refit_dec
                            " changes, more than the " + std::to_string(capacity) +
                            " its record declares");
   }
-  kernels::PositionList decoded;
-  REFIT_RETURN_NOT_OK(DecodePositions(parts.gaps, parts.gap_bytes, parts.k, parts.width,
-                                      old.n_elems, what, &decoded));
-  if (parts.k > 0) {
-    std::memcpy(positions, decoded.data(), parts.k * sizeof(uint64_t));
-    std::memcpy(values, parts.values, parts.k * old.elem_size);
-  }
+  REFIT_RETURN_NOT_OK(DecodePositionsInto(parts.gaps, parts.gap_bytes, parts.k, parts.width,
+                                          old.n_elems, what, positions));
+  if (parts.k > 0) std::memcpy(values, parts.values, parts.k * old.elem_size);
   return parts.k;
 }
 

@@ -55,6 +55,9 @@ bool MaxStreamBytes(uint64_t n_elems, uint32_t elem_size, uint64_t* bytes);
 // every position < n_elems). `what` prefixes the error ("deltas payload").
 Status DecodePositions(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
                        uint64_t n_elems, const char* what, kernels::PositionList* positions);
+// The same into positions[0, k), which the caller sized for k.
+Status DecodePositionsInto(const uint8_t* gaps, uint64_t gap_bytes, uint64_t k, uint32_t width,
+                           uint64_t n_elems, const char* what, uint64_t* positions);
 
 // Validates the whole stream, then overwrites the changed elements of the target. Nothing is
 // written unless everything checks out.
