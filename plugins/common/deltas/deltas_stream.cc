@@ -172,9 +172,7 @@ Result<uint64_t> ListStream(const uint8_t* stream, uint64_t len, const refit_dec
                             uint64_t capacity) {
   REFIT_ASSIGN_OR_RAISE(StreamParts parts, CheckStream(stream, len, old, what));
   if (parts.k > capacity) {
-    return Status::Corrupt(std::string(what) + " codes " + std::to_string(parts.k) +
-                           " changes, more than the " + std::to_string(capacity) +
-                           " its record declares");
+    return sdk::MoreChangesThanDeclared(what, parts.k, capacity);
   }
   REFIT_RETURN_NOT_OK(DecodePositionsInto(parts.gaps, parts.gap_bytes, parts.k, parts.width,
                                           old.n_elems, what, positions));

@@ -2263,9 +2263,7 @@ Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payloa
       ListLiteralChanges<decltype(elem)>(payload + parsed.body, parsed.h.n, out);
     });
   } else if (parsed.h.k > capacity) {
-    st = Status::Corrupt("ctx payload codes " + std::to_string(parsed.h.k) +
-                         " changes, more than the " + std::to_string(capacity) +
-                         " its record declares");
+    st = sdk::MoreChangesThanDeclared("ctx payload", parsed.h.k, capacity);
   } else {
     st = WithDType(old.dtype, *parsed.spec, [&](auto elem, auto cls) -> Status {
       return DecodeBody<decltype(elem)>(PathFor(level), parsed.h, *parsed.spec, cls,
@@ -2274,9 +2272,7 @@ Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payloa
   }
   REFIT_RETURN_NOT_OK(st);
   if (out.count > capacity) {
-    return Status::Corrupt("ctx payload changes " + std::to_string(out.count) +
-                           " elements, more than the " + std::to_string(capacity) +
-                           " its record declares");
+    return sdk::MoreChangesThanDeclared("ctx payload", out.count, capacity);
   }
   return out.count;
 }

@@ -222,9 +222,7 @@ class IndicesEncoding {
                                  uint8_t* values, uint64_t capacity) const {
     REFIT_ASSIGN_OR_RAISE(Parsed p, Parse(payload, len, old));
     if (p.k > capacity) {
-      return Status::Corrupt("indices payload codes " + std::to_string(p.k) +
-                             " changes, more than the " + std::to_string(capacity) +
-                             " its record declares");
+      return refit::sdk::MoreChangesThanDeclared("indices payload", p.k, capacity);
     }
     for (uint64_t j = 0; j < p.k; ++j) {
       positions[j] =

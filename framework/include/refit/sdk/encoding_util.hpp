@@ -106,6 +106,13 @@ inline Status OutputTooSmall(uint64_t need, uint64_t cap) {
                          std::to_string(need) + ")");
 }
 
+// decode_changes of a payload that codes more changes than the room the host gave (the record
+// header's count): refused, whatever the encoding.
+inline Status MoreChangesThanDeclared(const std::string& what, uint64_t changes, uint64_t room) {
+  return Status::Corrupt(what + " codes " + std::to_string(changes) + " changes, more than the " +
+                         std::to_string(room) + " its record declares");
+}
+
 // Little-endian integers at any alignment (payloads are byte streams).
 template <typename T>
 inline void StoreLE(uint8_t* p, T v) {
