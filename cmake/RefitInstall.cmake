@@ -16,9 +16,11 @@ set_target_properties(refit_kernels PROPERTIES EXPORT_NAME kernels)
 
 # The installed CLI finds the installed librefit wherever the prefix is moved to; librefit itself
 # finds its plugins next to itself (DefaultPluginDir()).
-if(TARGET refit_cli)
-  set_target_properties(refit_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
-endif()
+foreach(cli refit_cli refit_serve)
+  if(TARGET ${cli})
+    set_target_properties(${cli} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+  endif()
+endforeach()
 
 install(TARGETS refit refit_headers refit_kernels
         EXPORT refitTargets

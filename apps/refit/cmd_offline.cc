@@ -48,6 +48,12 @@ Result<Config> LoadConfigFile(const std::string& path) {
   return config;
 }
 
+int ReportExit(const Status& status) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "refit: error: %s\n", status.message().c_str());
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
 std::string HumanBytes(uint64_t bytes) {
   char buf[32];
   const char* units[] = {"B", "kB", "MB", "GB", "TB"};

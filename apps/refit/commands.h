@@ -83,7 +83,10 @@ struct ServeOptions {
   std::string config_path;
   std::string listen;  // HOST:PORT; empty: serve.listen of the config
 };
+// Serves until SIGINT/SIGTERM; only in `refit-serve` (cmd_serve.cc), which `refit serve` execs.
 Status RunServe(const ServeOptions& options);
+// --config and --listen, for `refit serve` and `refit-serve` alike.
+void AddServeFlags(CLI::App& cmd, ServeOptions& options);
 
 struct ShardOptions {
   std::string input;           // the HuggingFace checkpoint
@@ -119,6 +122,9 @@ Result<Config> LoadConfigFile(const std::string& path);
 // shape or bits, plus 1 when the file holds another number of tensors: 0 means bit for bit equal.
 Result<uint64_t> CountMismatchedTensors(const std::string& path,
                                         const std::vector<TensorView>& expected);
+// main's exit: 0 for OK, else one line "refit: error: ..." on stderr and 2 for a wrong command
+// line or config (scripts retrying a failed sync must not retry those), 1 for anything else.
+int ReportExit(const Status& status);
 // 1234567 -> "1.23 MB"
 std::string HumanBytes(uint64_t bytes);
 std::string HumanCount(uint64_t n);

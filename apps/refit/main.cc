@@ -18,12 +18,6 @@ const char* FirstCommandWord(int argc, char** argv) {
   return nullptr;
 }
 
-int Report(const refit::Status& st) {
-  if (st.ok()) return 0;
-  std::fprintf(stderr, "refit: error: %s\n", st.message().c_str());
-  return st.code() == refit::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,7 +60,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const Command& command : commands) {
-    if (*command.app) return Report(command.run());
+    if (*command.app) return ReportExit(command.run());
   }
   return 2;
 }

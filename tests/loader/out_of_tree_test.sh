@@ -37,6 +37,14 @@ step "install $build_dir into $prefix"
   { cat "$work/install.log" >&2; fail "cmake --install failed"; }
 refit=$prefix/bin/refit
 [[ -x $refit ]] || fail "no bin/refit in the installed tree"
+[[ -x $prefix/bin/refit-serve ]] || fail "no bin/refit-serve (what refit serve execs) in the installed tree"
+# `refit serve` reaches the installed refit-serve: a missing config is its usage error (exit 2).
+set +e
+"$refit" serve --config "$work/no-such.toml" 2>"$work/serve.err"
+serve_status=$?
+set -e
+[[ $serve_status == 2 ]] && grep -q "no such config file" "$work/serve.err" ||
+  { cat "$work/serve.err" >&2; fail "refit serve did not run the installed refit-serve"; }
 libdir=$(dirname "$(find "$prefix" -name 'librefit.so' | head -n 1)")
 [[ -f $libdir/librefit.so ]] || fail "no librefit.so in the installed tree"
 for f in include/refit/plugin_abi.h include/refit/sdk/plugin.hpp include/refit/status.h \
