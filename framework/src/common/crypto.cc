@@ -1,15 +1,12 @@
 #include "common/crypto.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
+#include "common/sha256.h"
 
 namespace refit::internal {
 
 namespace {
 
-std::string Hex(const unsigned char* bytes, size_t n) {
+std::string Hex(const uint8_t* bytes, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
   std::string out(2 * n, '0');
   for (size_t i = 0; i < n; ++i) {
@@ -22,23 +19,47 @@ std::string Hex(const unsigned char* bytes, size_t n) {
 }  // namespace
 
 std::string Sha256Hex(const uint8_t* data, uint64_t size) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  unsigned int len = 0;
-  // EVP picks the SHA extensions where the CPU has them.
-  EVP_Digest(data, size, digest, &len, EVP_sha256(), nullptr);
-  return Hex(digest, len);
+  Sha256 sha;
+  sha.Update(data, size);
+  uint8_t digest[Sha256::kDigestBytes];
+  sha.Final(digest);
+  return Hex(digest, sizeof(digest));
 }
 
+// RFC 2104: H((K ^ opad) || H((K ^ ipad) || text)), a key longer than a block hashed first.
 std::string HmacSha256Hex(const std::string& key, const std::string& text) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(text.data()), text.size(), mac, &len);
-  return Hex(mac, len);
+  uint8_t block[Sha256::kBlockBytes] = {};
+  if (key.size() > sizeof(block)) {
+    Sha256 sha;
+    sha.Update(key.data(), key.size());
+    sha.Final(block);
+  } else {
+    std::copy(key.begin(), key.end(), block);
+  }
+  uint8_t pad[Sha256::kBlockBytes];
+  uint8_t inner[Sha256::kDigestBytes];
+  for (size_t i = 0; i < sizeof(pad); ++i) pad[i] = block[i] ^ 0x36;
+  Sha256 inner_sha;
+  inner_sha.Update(pad, sizeof(pad));
+  inner_sha.Update(text.data(), text.size());
+  inner_sha.Final(inner);
+  for (size_t i = 0; i < sizeof(pad); ++i) pad[i] = block[i] ^ 0x5c;
+  Sha256 outer_sha;
+  outer_sha.Update(pad, sizeof(pad));
+  outer_sha.Update(inner, sizeof(inner));
+  uint8_t mac[Sha256::kDigestBytes];
+  outer_sha.Final(mac);
+  return Hex(mac, sizeof(mac));
 }
 
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  if (a.size() != b.size()) return false;
+  // Every byte is compared; volatile keeps the compiler from ending the loop at a difference.
+  volatile uint8_t difference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference = difference | static_cast<uint8_t>(a[i] ^ b[i]);
+  }
+  return difference == 0;
 }
 
 }  // namespace refit::internal

@@ -1,4 +1,4 @@
-// SHA-256 and HMAC-SHA256 (OpenSSL's libcrypto), for the version chain and signed versions.
+// SHA-256 and HMAC-SHA256 (common/sha256.h), for the version chain and signed versions.
 #pragma once
 
 #include <cstdint>
