@@ -2,7 +2,6 @@
 
 #include <curl/curl.h>
 #include <dlfcn.h>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "common/sha256.h"
 #include "refit/sdk/plugin.hpp"
 #include "s3_xml.h"
 
@@ -305,14 +305,13 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& req) {
 }
 
 std::string Sha256Hex(const uint8_t* data, uint64_t len) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int digest_len = 0;
-  static const uint8_t kNothing = 0;
-  EVP_Digest(data == nullptr ? &kNothing : data, static_cast<size_t>(len), digest, &digest_len,
-             EVP_sha256(), nullptr);
+  refit::internal::Sha256 sha;
+  if (len > 0) sha.Update(data, static_cast<size_t>(len));
+  uint8_t digest[refit::internal::Sha256::kDigestBytes];
+  sha.Final(digest);
   static const char kHex[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned int i = 0; i < digest_len; ++i) {
+  for (size_t i = 0; i < sizeof(digest); ++i) {
     hex += kHex[digest[i] >> 4];
     hex += kHex[digest[i] & 15];
   }
