@@ -78,6 +78,7 @@ void PrintApplied(const ApplyStats& s, bool as_json) {
               {"changed_elements", s.counters.changed_elements},
               {"payloads", s.payloads},
               {"payload_bytes", s.payload_bytes},
+              {"early_payloads", s.early_payloads},
               {"resumed", s.resumed},
               {"resumed_entries", s.resumed_entries},
               {"resumed_skipped_records", s.resumed_skipped_records},

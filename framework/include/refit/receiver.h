@@ -25,6 +25,9 @@ struct ApplyStats {
   DeltaCounters counters;
   uint64_t payloads = 0;
   uint64_t payload_bytes = 0;
+  // Payloads read and computed (decoded, verified) before the version's commit was there
+  // (receiver.early_bytes): their fetch, decode and verify are not in this apply's stages.
+  uint64_t early_payloads = 0;
   // Exactly-once apply of xor/step records (framework/src/receive/journal.h): records journaled
   // before they touched the model, and, when resuming an interrupted apply, entries replayed and
   // records skipped because an earlier attempt had journaled them.

@@ -60,6 +60,37 @@ std::vector<ConfigKeySpec> ServeConfigSpecs() {
   };
 }
 
+// [receiver]'s own keys (its checkpoint policy is in CheckpointSpecs).
+std::vector<ConfigKeySpec> ReceiverSpecs() {
+  return {
+      {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
+      {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
+      {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+       "memory cap for one payload plus one record's scratch while applying"},
+      {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
+      {"receiver.durable", REFIT_CFG_BOOL, "true",
+       "sync the redo log once per window of records before they touch the model (survives "
+       "power loss, not only process death)"},
+      {"receiver.verify_payloads_first", REFIT_CFG_BOOL, "false",
+       "fetch and verify every payload of a delta before touching the model (reads each twice: "
+       "for storage that may rot after a verified put)"},
+      {"receiver.early_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+       "while the next version's commit is not there, decode and verify its payloads already "
+       "present against the model (nothing is written before the commit): at most this many "
+       "bytes of computed changes plus the payloads held; 0: off"},
+      {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
+      {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
+      {"receiver.threads", REFIT_CFG_INT, "0",
+       "threads applying a payload's records (0: hardware concurrency, 1: inline); the next "
+       "payload is fetched while one is applied"},
+      {"receiver.max_model_bytes", REFIT_CFG_SIZE, "0",
+       "largest model a full sync may declare (0: no bound but the free space of state_dir)"},
+      {"receiver.max_apply_failures", REFIT_CFG_INT, "3",
+       "a version that fails to apply the same way this many times is abandoned: the receiver "
+       "asks for a full sync"},
+  };
+}
+
 }  // namespace
 
 std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
@@ -72,6 +103,9 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "threads diffing and encoding chunks (0: hardware concurrency, 1: inline); the payload "
        "bytes do not depend on it"},
       {"sender.bucket_bytes", REFIT_CFG_SIZE, "\"64MiB\"", "payload size cap (one flush)"},
+      {"sender.stream_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+       "also flush a payload once its records cover this many bytes of the model, so receivers "
+       "compute it while the rest is diffed (0: flush on bucket_bytes alone)"},
       {"sender.chunk_bytes", REFIT_CFG_SIZE, "\"16MiB\"",
        "tensors are cut into records of at most this many dense bytes"},
       {"sender.receivers", REFIT_CFG_STRING_LIST, "[]",
@@ -99,27 +133,6 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"sender.metrics_file", REFIT_CFG_STRING, "\"\"",
        "Prometheus text file rewritten (temp + rename) after every publish, for node_exporter's "
        "textfile collector; \"{rank}\" is replaced by the rank (docs/serve.md)"},
-      {"receiver.id", REFIT_CFG_STRING, "\"r0\"", "this receiver's id (acks/<id>/...)"},
-      {"receiver.state_dir", REFIT_CFG_STRING, "", "directory holding the receiver's model"},
-      {"receiver.apply_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
-       "memory cap for one payload plus one record's scratch while applying"},
-      {"receiver.poll_interval_ms", REFIT_CFG_INT, "100", "commit polling interval"},
-      {"receiver.durable", REFIT_CFG_BOOL, "true",
-       "sync the redo log once per window of records before they touch the model (survives "
-       "power loss, not only process death)"},
-      {"receiver.verify_payloads_first", REFIT_CFG_BOOL, "false",
-       "fetch and verify every payload of a delta before touching the model (reads each twice: "
-       "for storage that may rot after a verified put)"},
-      {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
-      {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
-      {"receiver.threads", REFIT_CFG_INT, "0",
-       "threads applying a payload's records (0: hardware concurrency, 1: inline); the next "
-       "payload is fetched while one is applied"},
-      {"receiver.max_model_bytes", REFIT_CFG_SIZE, "0",
-       "largest model a full sync may declare (0: no bound but the free space of state_dir)"},
-      {"receiver.max_apply_failures", REFIT_CFG_INT, "3",
-       "a version that fails to apply the same way this many times is abandoned: the receiver "
-       "asks for a full sync"},
       {"auth.key_file", REFIT_CFG_STRING, "\"\"",
        "file holding the key (>= 16 bytes) that signs versions (HMAC-SHA256); unset: the "
        "environment variable REFIT_AUTH_KEY, else unsigned versions"},
@@ -129,7 +142,8 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
       {"plugins.paths", REFIT_CFG_STRING_LIST, "[]", "directories of plugin .so files to load"},
       {"plugins.load", REFIT_CFG_STRING_LIST, "[]", "plugin .so files to load"},
   };
-  for (const auto& more : {ServeConfigSpecs(), CheckpointSpecs(), LinkSpecs(), RetentionSpecs()}) {
+  for (const auto& more :
+       {ReceiverSpecs(), ServeConfigSpecs(), CheckpointSpecs(), LinkSpecs(), RetentionSpecs()}) {
     specs.insert(specs.end(), more.begin(), more.end());
   }
   for (ConfigKeySpec spec : internal::FaultConfigSpecs()) {

@@ -476,6 +476,35 @@ void AddComputeStats(const Window& w, ApplyStats* stats) {
   stats->verify_seconds += w.compute_seconds * (1 - share);
 }
 
+}  // namespace
+
+struct EarlyWindows {
+  std::vector<Window> windows;
+};
+
+void EarlyWindowsDeleter::operator()(EarlyWindows* early) const { delete early; }
+
+size_t EarlyWindowCount(const EarlyWindows* early) {
+  return early == nullptr ? 0 : early->windows.size();
+}
+
+namespace {
+
+// Moves window `index` of `early` into `w` when it was computed over the same records (the
+// boundaries depend only on the payload); records an interrupted attempt logged are skipped.
+bool TakeEarlyWindow(EarlyWindows* early, const std::vector<bool>& logged_before, size_t index,
+                     Window& w) {
+  if (early == nullptr || index >= early->windows.size()) return false;
+  Window& e = early->windows[index];
+  if (e.first != w.first || e.end != w.end) return false;
+  std::swap(w, e);
+  for (size_t i = w.first; i < w.end; ++i) {
+    w.changes[i - w.first].logged_before = logged_before[i];
+  }
+  w.compute_seconds = 0;
+  return true;
+}
+
 // A file's records, exactly once and durable through its redo log (journal.h), pipelined by
 // windows of records: window i is decoded and verified in scratch (in parallel) while window
 // i-1's changes are written and synced to the log on another thread; once that sync returned,
@@ -489,6 +518,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
   for (size_t i = 0; i < checked.size(); ++i) logged_before[i] = log.Has(LogId(payload, i));
   const std::vector<size_t> order = RecordOrder(payload, sink.pool == nullptr ? 1 : sink.threads);
   Window prev, cur;
+  size_t window_index = 0;
   std::future<Status> syncing;  // prev's log write and sync
   for (size_t first = 0;;) {
     const bool last = first == checked.size();  // nothing left: only prev to land
@@ -496,8 +526,10 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
     if (!last) {
       cur.first = first;
       cur.end = WindowEnd(payload, checked, first);
-      computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, cur);
-      AddComputeStats(cur, stats);
+      if (!TakeEarlyWindow(sink.early, logged_before, window_index++, cur)) {
+        computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, cur);
+        AddComputeStats(cur, stats);
+      }
     }
     Stopwatch wait;
     const bool prev_logged = syncing.valid();
@@ -556,6 +588,38 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     if (!r.status.ok() && (failed == nullptr || r.failed_index < failed->failed_index)) failed = &r;
   }
   return failed == nullptr ? Status::OK() : failed->status;
+}
+
+Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
+                                     const TensorResolver& resolve, uint64_t max_record_bytes,
+                                     WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
+                                     uint64_t* held_bytes) {
+  *held_bytes = 0;
+  REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
+                        CheckRecords(payload, encodings, resolve, max_record_bytes));
+  EarlyWindowsPtr early(new EarlyWindows);
+  ApplySink sink;
+  sink.pool = pool;
+  sink.threads = threads;
+  const std::vector<bool> logged_before(checked.size(), false);
+  const std::vector<size_t> order = RecordOrder(payload, pool == nullptr ? 1 : threads);
+  std::vector<uint8_t> scratch;
+  for (size_t first = 0; first < checked.size();) {
+    Window w;
+    w.first = first;
+    w.end = WindowEnd(payload, checked, first);
+    uint64_t declared = 0;  // what the window will hold, from the headers' change counts
+    for (size_t i = first; i < w.end; ++i) {
+      const RecordHeader& r = payload.records()[i];
+      if (checked[i].tensor != nullptr) declared += r.changed * (8 + SizeOf(r.dtype));
+    }
+    if (*held_bytes + declared > max_held_bytes) break;
+    REFIT_RETURN_NOT_OK(ComputeWindow(payload, checked, logged_before, order, sink, scratch, w));
+    *held_bytes += declared;
+    first = w.end;
+    early->windows.push_back(std::move(w));
+  }
+  return early;
 }
 
 namespace {

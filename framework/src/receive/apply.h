@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +45,16 @@ class CoverageTracker {
   std::map<std::string, std::vector<Box>> boxes_;
 };
 
+// A payload's leading windows of records, decoded and verified against their targets' current
+// bits before anything may be written: a receiver computes the next version's payloads while it
+// waits for their commit (receiver.early_bytes), and ApplyPayload then writes them without
+// decoding again. Opaque outside apply.cc.
+struct EarlyWindows;
+struct EarlyWindowsDeleter {
+  void operator()(EarlyWindows* early) const;
+};
+using EarlyWindowsPtr = std::unique_ptr<EarlyWindows, EarlyWindowsDeleter>;
+
 // What the caller hooks into an apply.
 struct ApplySink {
   // Called once, after every record of the payload is validated and before the first byte of a
@@ -68,6 +79,9 @@ struct ApplySink {
   // With a pool, a payload's records are applied by `threads` threads (the caller's included).
   WorkerPool* pool = nullptr;
   size_t threads = 1;
+  // With a journal: this payload's windows computed before the commit was read (ComputeEarly,
+  // against the same targets' bits, which nothing wrote since); taken, not copied.
+  EarlyWindows* early = nullptr;
 };
 
 // Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies
@@ -75,5 +89,16 @@ struct ApplySink {
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
                     uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
                     ApplySink* sink = nullptr);
+
+// Validates the payload's records like ApplyPayload and computes (decodes and digest-verifies)
+// its windows in order until the next would hold more than `max_held_bytes` of changes; writes
+// nothing. *held_bytes: what the returned windows hold. A record that fails its digest (the
+// payload is not a delta on these bits) fails the whole call.
+Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
+                                     const TensorResolver& resolve, uint64_t max_record_bytes,
+                                     WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
+                                     uint64_t* held_bytes);
+// The windows of `early` (0 for none).
+size_t EarlyWindowCount(const EarlyWindows* early);
 
 }  // namespace refit::internal

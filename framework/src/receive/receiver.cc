@@ -32,6 +32,7 @@
 #include "receive/box_digests.h"
 #include "receive/journal.h"
 #include "refit/kernels/diff.h"
+#include "refit/log.h"
 #include "refit/offline.h"
 #include "refit/sender.h"
 
@@ -152,6 +153,19 @@ struct Receiver::Impl {
   size_t threads = 1;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
   std::vector<uint8_t> scratch;
+  // Payloads of version early_version (our version + 1) read and computed before its commit
+  // (receiver.early_bytes): used by Apply when the manifest names the same bytes. `early_seen`:
+  // keys tried (computed, refused or over the budget), not read again for this version.
+  struct EarlyPayload {
+    std::vector<uint8_t> bytes;
+    uint64_t xxh3 = 0;
+    internal::EarlyWindowsPtr windows;
+  };
+  uint64_t early_bytes = 0;
+  uint64_t early_version = 0;
+  uint64_t early_held = 0;
+  std::map<std::string, EarlyPayload> early;
+  std::set<std::string> early_seen;
 
   std::string ModelPath() const { return state_dir + "/model.safetensors"; }
   std::string StatePath() const { return state_dir + "/receiver.json"; }
@@ -370,19 +384,102 @@ struct Receiver::Impl {
     return out;
   }
 
+  // Where records land in `tensors` (which must outlive the resolver): by name, or through our
+  // layout's slices.
+  Result<internal::TensorResolver> ResolverOver(std::vector<TensorView>& tensors) const {
+    std::map<std::string, TensorView*> by_name;
+    for (TensorView& t : tensors) by_name[t.name] = &t;
+    if (canonical) return internal::CanonicalResolver(by_name);
+    REFIT_ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
+                          internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
+    return internal::SliceResolver(std::move(slices), by_name, /*skip_foreign=*/true);
+  }
+
+  void DropEarly() {
+    early.clear();
+    early_seen.clear();
+    early_held = 0;
+    early_version = 0;
+  }
+
+  // While version+1 has no commit: its payloads already stored are read and computed against
+  // the model (decoded, digest-verified, held in memory; nothing is written), so that once the
+  // commit is there only the log and the writes remain. Only for a model file at a committed
+  // version; a payload that is not a delta on it (or over the budget) is left to Apply.
+  void ComputeEarlyPayloads() {
+    if (early_bytes == 0 || attached || model == nullptr || version == 0 || applying != 0 ||
+        asked_full || model_unknown) {
+      return;
+    }
+    if (early_version != version + 1) {
+      DropEarly();
+      early_version = version + 1;
+    }
+    Result<std::vector<std::pair<std::string, uint64_t>>> listed =
+        transport->List(VersionDir(early_version) + "/payload.");
+    if (!listed.ok()) return;
+    for (const auto& [key, size] : listed.value()) {
+      if (!early_seen.insert(key).second) continue;
+      if (size > apply_bytes || early_held + size >= early_bytes) continue;
+      Status st = ComputeEarlyPayload(key, size);
+      if (!st.ok()) {
+        Log(LogLevel::kDebug, "receiver",
+            key + ": not computed before its commit (applied after it): " + st.message());
+      }
+    }
+  }
+
+  Status ComputeEarlyPayload(const std::string& key, uint64_t size) {
+    EarlyPayload e;
+    REFIT_ASSIGN_OR_RAISE(e.bytes, transport->GetAll(key, size));
+    REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(e.bytes.data(), e.bytes.size(), key));
+    for (const RecordHeader& r : payload.records()) {
+      if (r.create) return Status::OK();  // a full sync's: it replaces the model, no delta
+    }
+    std::vector<TensorView> tensors = ModelTensors();
+    REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
+    uint64_t held = 0;
+    REFIT_ASSIGN_OR_RAISE(
+        e.windows,
+        internal::ComputeEarly(payload, *encodings, resolve, apply_bytes, pool.get(), threads,
+                               early_bytes - early_held - e.bytes.size(), &held));
+    if (internal::EarlyWindowCount(e.windows.get()) == 0) return Status::OK();
+    e.xxh3 = kernels::Digest64(e.bytes.data(), e.bytes.size());
+    early_held += held + e.bytes.size();
+    early[key] = std::move(e);
+    return Status::OK();
+  }
+
+  // The early payload `p` names, if its bytes are the ones read: moved into payload_buffer and
+  // its windows returned (the manifest's digests checked, as a fetch checks them).
+  internal::EarlyWindowsPtr TakeEarly(uint64_t v, const PayloadRef& p) {
+    if (!EarlyMatches(v, p)) return nullptr;
+    auto it = early.find(p.key);
+    EarlyPayload e = std::move(it->second);
+    early.erase(it);
+    payload_buffer.swap(e.bytes);
+    return std::move(e.windows);
+  }
+
+  // Whether the early payload of that key holds the bytes manifest entry `p` names (else it is
+  // dropped: Apply reads the stored one).
+  bool EarlyMatches(uint64_t v, const PayloadRef& p) {
+    if (v != early_version) return false;
+    auto it = early.find(p.key);
+    if (it == early.end()) return false;
+    const std::vector<uint8_t>& bytes = it->second.bytes;
+    if (bytes.size() == p.bytes && it->second.xxh3 == p.xxh3 &&
+        (p.sha256.empty() || internal::Sha256Hex(bytes.data(), bytes.size()) == p.sha256)) {
+      return true;
+    }
+    early.erase(it);
+    return false;
+  }
+
   Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats,
                        internal::ApplySink* sink) {
-    std::map<std::string, TensorView*> by_name;
     std::vector<TensorView> tensors = ModelTensors();
-    for (TensorView& t : tensors) by_name[t.name] = &t;
-    internal::TensorResolver resolve;
-    if (canonical) {
-      resolve = internal::CanonicalResolver(by_name);
-    } else {
-      REFIT_ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
-                            internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
-      resolve = internal::SliceResolver(std::move(slices), by_name, /*skip_foreign=*/true);
-    }
+    REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
     sink->pool = pool.get();
     sink->threads = threads;
     std::vector<std::pair<uint64_t, const PayloadRef*>> order;
@@ -400,20 +497,25 @@ struct Receiver::Impl {
             " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
       }
       Stopwatch fetch;
-      if (next_fetch.pending) {
+      internal::EarlyWindowsPtr computed = TakeEarly(v, *p);
+      if (computed == nullptr && next_fetch.pending) {
         Status fetched = next_fetch.Wait();
         if (!fetched.ok()) return Rejected(v, *p, fetched);
         payload_buffer.swap(next_buffer);
-      } else if (prefetched != p->key) {
+      } else if (computed == nullptr && prefetched != p->key) {
         REFIT_RETURN_NOT_OK(FetchInto(v, *p, payload_buffer));
       }
       prefetched.clear();
       stats->fetch_seconds += fetch.Seconds();
-      if (i + 1 < order.size() && order[i + 1].second->bytes <= apply_bytes) {
+      if (i + 1 < order.size() && order[i + 1].second->bytes <= apply_bytes &&
+          !next_fetch.pending && early.count(order[i + 1].second->key) == 0) {
         next_fetch.Start(*prefetcher, *transport, *order[i + 1].second, next_buffer);
       }
+      if (computed != nullptr) ++stats->early_payloads;
+      sink->early = computed.get();
       Stopwatch apply;
       Status applied = ApplyOne(*p, resolve, stats, sink);
+      sink->early = nullptr;
       if (!applied.ok()) {
         if (next_fetch.pending) (void)next_fetch.Wait();
         return applied;
@@ -465,7 +567,8 @@ struct Receiver::Impl {
     bool first = true;
     for (const Manifest& m : manifests) {
       for (const PayloadRef& p : m.payloads) {
-        if (p.bytes > apply_bytes) continue;  // refused with its own error when applied
+        if (p.bytes > apply_bytes) continue;       // refused with its own error when applied
+        if (EarlyMatches(m.version, p)) continue;  // read and verified before the commit
         if (first || verify_payloads_first) {
           REFIT_RETURN_NOT_OK(FetchPayload(m.version, p));
           prefetched = p.key;
@@ -861,6 +964,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
   REFIT_ASSIGN_OR_RAISE(m.verify_payloads_first,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
+  REFIT_ASSIGN_OR_RAISE(m.early_bytes, m.config.GetSize("receiver.early_bytes", 256ull << 20));
   REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("receiver.threads", 0));
   m.threads = internal::ResolveThreadCount(threads);
   if (m.threads > 1) m.pool = std::make_unique<internal::WorkerPool>(m.threads - 1);
@@ -988,6 +1092,8 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
       REFIT_RETURN_NOT_OK(m.RequestFull(why));
       return Status::VersionMismatch(why);
     }
+    // Nothing to apply yet: the next version's payloads that are already there are computed.
+    m.ComputeEarlyPayloads();
     return std::optional<ApplyStats>();
   }
   const Commit& c = next->commit;
@@ -1014,6 +1120,7 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
     return Status::VersionMismatch(why);
   }
   Result<ApplyStats> applied = m.Apply(*next);
+  m.DropEarly();
   if (!applied.ok()) return m.Failed(c.version, applied.status());
   applied->total_seconds = poll.Seconds();  // the whole poll: reads of commits included
   return std::optional<ApplyStats>(std::move(applied).value());

@@ -373,6 +373,15 @@ void DeltaWriter::TrimScratch(Slot& slot) {
 }
 
 Status DeltaWriter::Commit(Slot& slot) {
+  REFIT_RETURN_NOT_OK(CommitRecord(slot));
+  // Streaming: a payload is handed on once it covers stream_bytes of the model, whatever its
+  // size, so receivers can compute it while later chunks are still diffed.
+  streamed_bytes_ += slot.bytes;
+  if (stream_bytes_ == 0 || streamed_bytes_ < stream_bytes_) return Status::OK();
+  return Flush();
+}
+
+Status DeltaWriter::CommitRecord(Slot& slot) {
   diff_seconds += slot.diff_seconds;
   encode_seconds += slot.encode_seconds;
   if (!slot.status.ok()) {
@@ -426,6 +435,7 @@ Status DeltaWriter::DrainSlots() {
 }
 
 Status DeltaWriter::Flush() {
+  streamed_bytes_ = 0;
   if (builder_.empty()) return Status::OK();
   uint64_t n = builder_.num_records();
   REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> payload, builder_.Finish());

@@ -66,6 +66,9 @@ class DeltaWriter {
   void ReserveOutput(uint64_t bytes) {
     if (builder_.empty()) builder_.Reserve(bytes);
   }
+  // Also flush a payload once its records cover this many bytes of tensor data (0: on size
+  // alone). Depends on the chunks added, not on timing: payloads stay deterministic.
+  void SetStreamBytes(uint64_t bytes) { stream_bytes_ = bytes; }
 
   DeltaCounters counters;     // of every slice added
   double diff_seconds = 0;    // summed over worker threads
@@ -95,7 +98,8 @@ class DeltaWriter {
   // null (dense) unless the result is smaller than `dense_bytes`.
   void EncodeSingle(Slot& slot, uint64_t dense_bytes);
   void EncodeAuto(Slot& slot, uint64_t dense_bytes);
-  Status Commit(Slot& slot);  // append in order (caller's thread)
+  Status Commit(Slot& slot);        // append in order (caller's thread), flush when due
+  Status CommitRecord(Slot& slot);  // append in order (caller's thread)
   Status DrainSlots();
   Status Flush();
 
@@ -103,6 +107,8 @@ class DeltaWriter {
   std::string encoding_;
   uint64_t chunk_bytes_;
   uint64_t bucket_bytes_;
+  uint64_t stream_bytes_ = 0;
+  uint64_t streamed_bytes_ = 0;  // tensor bytes committed since the last flush
   PayloadBuilder builder_;
   FlushFn flush_;
   ChangesFn changes_;

@@ -105,6 +105,7 @@ struct Sender::Impl {
   std::string encoding;
   uint64_t bucket_bytes = 0;
   uint64_t chunk_bytes = 0;
+  uint64_t stream_bytes = 0;  // sender.stream_bytes: flush a payload per this much of the model
   unsigned threads = 1;
   std::vector<std::string> receivers;
   double ack_timeout = 600;
@@ -747,6 +748,7 @@ struct Sender::Impl {
     threads = internal::ResolveThreadCount(configured_threads);
     REFIT_ASSIGN_OR_RAISE(bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
     REFIT_ASSIGN_OR_RAISE(chunk_bytes, config.GetSize("sender.chunk_bytes", 16ull << 20));
+    REFIT_ASSIGN_OR_RAISE(stream_bytes, config.GetSize("sender.stream_bytes", 256ull << 20));
     if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
     REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
     REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
@@ -957,6 +959,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         return putter.Submit(ref.key, std::move(payload));
       },
       m.threads);
+  writer.SetStreamBytes(m.stream_bytes);
   // A delta's changes are kept as they are diffed: the baseline advances by them once acked.
   REFIT_ASSIGN_OR_RAISE(const bool tracked, m.TrackChanges(full, writer));
   REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));

@@ -1,0 +1,189 @@
+// A receiver computes the next version's payloads while their commit is not there yet
+// (receiver.early_bytes) and writes nothing before it; once the commit is read, the computed
+// changes are used only when the manifest names the same bytes. The sender cuts a delta into
+// several payloads (sender.stream_bytes) so that there is something to compute early. Sender
+// and receiver run in this process over the disk transport.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "cli_harness.h"
+#include "format/wire.h"
+#include "refit/refit.h"
+
+namespace refit::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EarlyApplyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string text = "[sender]\nstate_dir = \"" + dir_ / "sender" +
+                             "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n"
+                             "stream_bytes = \"4KiB\"\n\n[receiver]\nid = \"r0\"\nstate_dir = \"" +
+                             dir_ / "receiver" +
+                             "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+                             dir_ / "sync" + "\"\nfsync = false\n";
+    auto config = Config::FromString(text, "early.toml");
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    config_ = std::move(config).value();
+    auto sender = Sender::Make(config_);
+    ASSERT_TRUE(sender.ok()) << sender.status().ToString();
+    sender_ = std::move(sender).value();
+    auto receiver = Receiver::Make(config_);
+    ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+    receiver_ = std::move(receiver).value();
+    weights_ = Checkpoint::Make(41);
+    Publish();
+    Poll(/*expect_version=*/1);
+  }
+
+  static std::vector<TensorView> Views(Checkpoint& c) {
+    std::vector<TensorView> out;
+    for (auto& t : c.tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+    return out;
+  }
+
+  void Publish() {
+    auto s = sender_->Publish(Views(weights_));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+  }
+
+  // One poll; the version it applied (0: none).
+  uint64_t Poll(uint64_t expect_version, ApplyStats* stats = nullptr) {
+    auto applied = receiver_->PollOnce();
+    EXPECT_TRUE(applied.ok()) << applied.status().ToString();
+    if (!applied.ok() || !applied->has_value()) {
+      EXPECT_EQ(expect_version, 0u) << "no version applied";
+      return 0;
+    }
+    if (stats != nullptr) *stats = **applied;
+    EXPECT_EQ((*applied)->version, expect_version);
+    return (*applied)->version;
+  }
+
+  // Publishes the next weights with the commit taken away: the payloads and manifests are there.
+  std::string PublishWithoutCommit(uint64_t version) {
+    weights_.Mutate(0.05, 300 + version);
+    Publish();
+    const std::string commit = Path(CommitKey(version));
+    std::string bytes = ReadAll(commit);
+    fs::remove(commit);
+    return bytes;
+  }
+
+  std::vector<std::string> PayloadPaths(uint64_t version) const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(Path(VersionDir(version)))) {
+      if (e.path().filename().string().rfind("payload.", 0) == 0) out.push_back(e.path());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::string Path(const std::string& key) const { return dir_ / ("sync/" + key); }
+  std::string Model() const { return dir_ / "receiver/model.safetensors"; }
+  std::string State() const { return ReadAll(dir_ / "receiver/receiver.json"); }
+
+  // The receiver's model is the trainer's weights, bit for bit.
+  void ExpectModelIsWeights() {
+    const std::string path = dir_ / "expected.safetensors";
+    ASSERT_TRUE(weights_.Write(path));
+    EXPECT_TRUE(SameTensors(path, Model()));
+  }
+
+  TempDir dir_;
+  Config config_;
+  std::unique_ptr<Sender> sender_;
+  std::unique_ptr<Receiver> receiver_;
+  Checkpoint weights_;
+};
+
+TEST_F(EarlyApplyTest, PayloadsComputedBeforeTheCommitApplyBitExactAndNothingIsWrittenBefore) {
+  const std::string commit = PublishWithoutCommit(2);
+  ASSERT_GE(PayloadPaths(2).size(), 2u) << "stream_bytes should cut the delta into payloads";
+  const std::string model = ReadAll(Model());
+  const std::string state = State();
+  EXPECT_EQ(Poll(0), 0u);  // computes version 2's payloads
+  EXPECT_EQ(ReadAll(Model()), model) << "the model changed before the commit was there";
+  EXPECT_EQ(State(), state);
+  EXPECT_EQ(receiver_->version(), 1u);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, stats.payloads);
+  EXPECT_EQ(stats.payloads, PayloadPaths(2).size());
+  ExpectModelIsWeights();
+  // The next version, with its commit, is applied as usual.
+  weights_.Mutate(0.05, 999);
+  Publish();
+  ASSERT_EQ(Poll(3, &stats), 3u);
+  EXPECT_EQ(stats.early_payloads, 0u);
+  ExpectModelIsWeights();
+}
+
+TEST_F(EarlyApplyTest, APayloadThatFailsItsDigestsEarlyIsAppliedAfterTheCommit) {
+  const std::string commit = PublishWithoutCommit(2);
+  const std::string payload = PayloadPaths(2).front();
+  const std::string good = ReadAll(payload);
+  std::string bad = good;
+  bad[bad.size() - 1] ^= 0x40;  // inside the last record's bytes
+  WriteAll(payload, bad);
+  EXPECT_EQ(Poll(0), 0u);
+  WriteAll(payload, good);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, stats.payloads - 1);
+  ExpectModelIsWeights();
+}
+
+TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
+  const std::string commit = PublishWithoutCommit(2);
+  // The same records in another container (one more metadata key): every digest holds, but the
+  // bytes are not the ones the manifest names.
+  const std::string path = PayloadPaths(2).front();
+  const std::string good = ReadAll(path);
+  auto parsed = Payload::Parse(reinterpret_cast<const uint8_t*>(good.data()), good.size(), path);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  PayloadBuilder builder(Metadata{{"planted", "yes"}});
+  for (const RecordHeader& r : parsed->records()) {
+    builder.Add(r, parsed->record_bytes(r), r.data_end - r.data_begin);
+  }
+  auto other = builder.Finish();
+  ASSERT_TRUE(other.ok());
+  WriteAll(path, std::string(other->begin(), other->end()));
+  EXPECT_EQ(Poll(0), 0u);
+  WriteAll(path, good);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, stats.payloads - 1);
+  ExpectModelIsWeights();
+}
+
+TEST_F(EarlyApplyTest, OffComputesNothingEarly) {
+  auto config = Config::FromString(
+      "[receiver]\nid = \"r0\"\nearly_bytes = 0\nstate_dir = \"" + dir_ / "receiver" +
+          "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" + dir_ / "sync" +
+          "\"\nfsync = false\n",
+      "off.toml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  receiver_.reset();
+  auto receiver = Receiver::Make(config.value());
+  ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+  receiver_ = std::move(receiver).value();
+  const std::string commit = PublishWithoutCommit(2);
+  EXPECT_EQ(Poll(0), 0u);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, 0u);
+  ExpectModelIsWeights();
+}
+
+}  // namespace
+}  // namespace refit::testing
