@@ -48,9 +48,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 reports an unknown command as "A subcommand is required", which hides the typo.
     const char* word = FirstCommandWord(argc, argv);
+    // Top-level commands, group commands (`bench`) included: a parse error inside `bench e2e`
+    // is that error, not an unknown `bench`.
     bool known = false;
-    for (const Command& command : commands) {
-      if (word != nullptr && command.app->check_name(word)) known = true;
+    const CLI::App& top = app;
+    for (const CLI::App* command : top.get_subcommands(std::function<bool(const CLI::App*)>())) {
+      if (word != nullptr && command->check_name(word)) known = true;
     }
     if (word != nullptr && !known) {
       std::fprintf(stderr, "refit: error: unknown command '%s' (see refit --help)\n", word);

@@ -37,6 +37,10 @@ TEST(CliUsage, UnknownCommandIsNamed) {
   EXPECT_NE(r.err.find("refit --help"), std::string::npos) << r.err;
   r = RunRefit({"bogus", "--config", "x.toml"}, dir.path());
   ExpectUsageError(r, "unknown command 'bogus'");
+  // A mistake inside a command group names the mistake, not the group as unknown.
+  r = RunRefit({"bench", "e2e", "--syncs", "2", "stray-argument"}, dir.path());
+  ExpectUsageError(r, "stray-argument");
+  EXPECT_EQ(r.err.find("unknown command"), std::string::npos) << r.err;
   // No command at all still says one is required.
   r = RunRefit({}, dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.err;
