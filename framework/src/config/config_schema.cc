@@ -103,7 +103,7 @@ std::vector<ConfigKeySpec> FrameworkConfigSpecs() {
        "threads diffing and encoding chunks (0: hardware concurrency, 1: inline); the payload "
        "bytes do not depend on it"},
       {"sender.bucket_bytes", REFIT_CFG_SIZE, "\"64MiB\"", "payload size cap (one flush)"},
-      {"sender.stream_bytes", REFIT_CFG_SIZE, "\"256MiB\"",
+      {"sender.stream_bytes", REFIT_CFG_SIZE, "\"128MiB\"",
        "also flush a payload once its records cover this many bytes of the model, so receivers "
        "compute it while the rest is diffed (0: flush on bucket_bytes alone)"},
       {"sender.chunk_bytes", REFIT_CFG_SIZE, "\"16MiB\"",

@@ -748,7 +748,7 @@ struct Sender::Impl {
     threads = internal::ResolveThreadCount(configured_threads);
     REFIT_ASSIGN_OR_RAISE(bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
     REFIT_ASSIGN_OR_RAISE(chunk_bytes, config.GetSize("sender.chunk_bytes", 16ull << 20));
-    REFIT_ASSIGN_OR_RAISE(stream_bytes, config.GetSize("sender.stream_bytes", 256ull << 20));
+    REFIT_ASSIGN_OR_RAISE(stream_bytes, config.GetSize("sender.stream_bytes", 128ull << 20));
     if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
     REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
     REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
