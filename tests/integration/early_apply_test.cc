@@ -95,6 +95,19 @@ class EarlyApplyTest : public ::testing::Test {
     EXPECT_TRUE(SameTensors(path, Model()));
   }
 
+  // With the payload at `path` planted: a poll computes version 2 early; then the good bytes and
+  // the commit are put back and version 2 applies bit-exact, that payload read again.
+  void ExpectOneReadAgain(const std::string& path, const std::string& good,
+                          const std::string& commit) {
+    EXPECT_EQ(Poll(0), 0u);
+    WriteAll(path, good);
+    WriteAll(Path(CommitKey(2)), commit);
+    ApplyStats stats;
+    ASSERT_EQ(Poll(2, &stats), 2u);
+    EXPECT_EQ(stats.early_payloads, stats.payloads - 1);
+    ExpectModelIsWeights();
+  }
+
   TempDir dir_;
   Config config_;
   std::unique_ptr<Sender> sender_;
@@ -132,13 +145,7 @@ TEST_F(EarlyApplyTest, APayloadThatFailsItsDigestsEarlyIsAppliedAfterTheCommit) 
   std::string bad = good;
   bad[bad.size() - 1] ^= 0x40;  // inside the last record's bytes
   WriteAll(payload, bad);
-  EXPECT_EQ(Poll(0), 0u);
-  WriteAll(payload, good);
-  WriteAll(Path(CommitKey(2)), commit);
-  ApplyStats stats;
-  ASSERT_EQ(Poll(2, &stats), 2u);
-  EXPECT_EQ(stats.early_payloads, stats.payloads - 1);
-  ExpectModelIsWeights();
+  ExpectOneReadAgain(payload, good, commit);
 }
 
 TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
@@ -156,13 +163,7 @@ TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
   auto other = builder.Finish();
   ASSERT_TRUE(other.ok());
   WriteAll(path, std::string(other->begin(), other->end()));
-  EXPECT_EQ(Poll(0), 0u);
-  WriteAll(path, good);
-  WriteAll(Path(CommitKey(2)), commit);
-  ApplyStats stats;
-  ASSERT_EQ(Poll(2, &stats), 2u);
-  EXPECT_EQ(stats.early_payloads, stats.payloads - 1);
-  ExpectModelIsWeights();
+  ExpectOneReadAgain(path, good, commit);
 }
 
 TEST_F(EarlyApplyTest, OffComputesNothingEarly) {
