@@ -2,9 +2,10 @@
 // real `refit recv --follow` child processes, each with its own state dir; every transport
 // instance (the sender's and each receiver's: one connection each) may be held to a bandwidth by
 // the link emulation ([transport] bandwidth). Per sync: the time from the start of the publish
-// until the last receiver acknowledged, and each stage measured alone (the codec, a put and a get
-// of the payload's bytes through a fresh link, the receivers' apply); at the end every receiver's
-// model is checked bit for bit against the sender's weights.
+// until the last receiver acknowledged (watched through the sender's own transport instance),
+// and each stage measured alone (the codec, a put and a get of the payload's bytes through a
+// fresh link, on a channel of its own over ucx, the receivers' apply); at the end every
+// receiver's model is checked bit for bit against the sender's weights.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
@@ -216,6 +217,20 @@ void AbsolutePluginPaths(Config& config, const std::string& config_path) {
 
 std::string ReceiverId(int index) { return "r" + std::to_string(index); }
 
+// The config of the stage probes' links. Over ucx a probe link of the sync's channel would be a
+// second sender of its spool (taking its rendezvous file from the sender): the probes get a
+// channel of their own, on any free port, with no receivers to wait for.
+Config ProbeConfig(const Config& config, const std::string& transport, const std::string& dir) {
+  Config probe = config;
+  if (transport != "ucx") return probe;
+  probe.SetString("transport.ucx.listen", "127.0.0.1:0");
+  probe.SetString("transport.ucx.connect", "");
+  probe.SetString("transport.ucx.rendezvous_file", dir + "/probe.addr");
+  probe.SetString("transport.ucx.spool_dir", dir + "/probe-spool");
+  SetValue(probe, "transport.ucx.await_receivers", REFIT_CFG_INT, 0);
+  return probe;
+}
+
 // The sender's config: --config (its transport section, plugins, encodings, any [sender] or
 // [receiver] setting) with the bench's directories, receivers and flags on top.
 Result<Config> BenchConfig(const BenchE2eOptions& o, const std::string& dir) {
@@ -295,36 +310,40 @@ Status CheckAlive(BenchReceiver& r, uint64_t version) {
                          " (its state: " + r.state_dir + ")");
 }
 
-// Waits until every receiver's ack of `version` exists, watching the ack objects through `watch`
-// (a plain instance of the transport, outside any link) and the receiver processes.
-Status AwaitAcks(Transport& watch, std::vector<BenchReceiver>& receivers, uint64_t version,
+// Waits until every receiver answered `version` (its ack, or a need-full request), watched
+// through the sender's own transport instance (a second instance of a push transport, ucx, is a
+// second sender: the receivers would connect to it and the sender would push to nobody), and
+// the receiver processes.
+Status AwaitAcks(Sender& sender, std::vector<BenchReceiver>& receivers, uint64_t version,
                  double timeout_s) {
   Stopwatch clock;
-  std::vector<BenchReceiver*> pending;
-  for (BenchReceiver& r : receivers) pending.push_back(&r);
-  while (!pending.empty()) {
-    for (auto it = pending.begin(); it != pending.end();) {
-      REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> ack, watch.Size(AckKey((*it)->id, version)));
-      if (ack) {
-        it = pending.erase(it);
-        continue;
-      }
-      REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> need_full, watch.Size(NeedFullKey((*it)->id)));
-      if (need_full) {
-        return Status::VersionMismatch("receiver " + (*it)->id +
-                                       " asked for a full sync instead of applying version " +
-                                       std::to_string(version));
-      }
-      REFIT_RETURN_NOT_OK(CheckAlive(**it, version));
-      ++it;
+  while (true) {
+    const std::vector<std::string> pending = sender.Unanswered();
+    if (pending.empty()) return Status::OK();
+    for (BenchReceiver& r : receivers) {
+      if (std::find(pending.begin(), pending.end(), r.id) == pending.end()) continue;
+      REFIT_RETURN_NOT_OK(CheckAlive(r, version));
     }
-    if (pending.empty()) break;
     if (clock.Seconds() > timeout_s) {
       return Status::Timeout("version " + std::to_string(version) + " not acknowledged by " +
-                             pending.front()->id + " within " +
+                             pending.front() + " within " +
                              std::to_string(static_cast<int64_t>(timeout_s)) + " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// A receiver that answered with a need-full request instead of an ack: the bench's failure.
+Status CheckAcked(const Sender& sender, const std::vector<BenchReceiver>& receivers,
+                  uint64_t version) {
+  for (const BenchReceiver& r : receivers) {
+    const auto& acks = sender.acks();
+    if (std::any_of(acks.begin(), acks.end(), [&](const Ack& a) { return a.receiver == r.id; })) {
+      continue;
+    }
+    return Status::VersionMismatch("receiver " + r.id +
+                                   " asked for a full sync instead of applying version " +
+                                   std::to_string(version));
   }
   return Status::OK();
 }
@@ -352,7 +371,7 @@ struct SyncRow {
   std::optional<StagesAlone> alone;
 };
 
-// The objects one run shares: plugins, config, the sender, the ack watcher, the receivers.
+// The objects one run shares: plugins, config, the sender, the receivers.
 struct Bench {
   BenchE2eOptions options;
   Config config;
@@ -361,7 +380,7 @@ struct Bench {
   uint64_t bandwidth = 0;
   std::string encoding;
   std::unique_ptr<Sender> sender;
-  std::unique_ptr<Transport> watch;
+  Config probe_config;  // the stage probes' links (FreshLink)
   std::vector<BenchReceiver> receivers;
 };
 
@@ -372,13 +391,14 @@ Result<SyncRow> PublishAndAwait(Bench& b, const std::vector<TensorView>& weights
   Stopwatch clock;
   REFIT_ASSIGN_OR_RAISE(row.stats, b.sender->Publish(weights));
   row.publish_s = clock.Seconds();
-  REFIT_RETURN_NOT_OK(AwaitAcks(*b.watch, b.receivers, row.stats.version, b.options.timeout_s));
+  REFIT_RETURN_NOT_OK(AwaitAcks(*b.sender, b.receivers, row.stats.version, b.options.timeout_s));
   row.ack_s = clock.Seconds();
   row.sender_put_bytes = traffic.put_bytes - put_before;
   row.sender_get_bytes = traffic.get_bytes - get_before;
   Stopwatch advance;
   REFIT_RETURN_NOT_OK(b.sender->WaitAndAdvance(b.options.timeout_s));
   row.advance_s = advance.Seconds();
+  REFIT_RETURN_NOT_OK(CheckAcked(*b.sender, b.receivers, row.stats.version));
   for (const Ack& ack : b.sender->acks()) row.apply_s.push_back(ack.apply_seconds);
   return row;
 }
@@ -387,7 +407,7 @@ Result<SyncRow> PublishAndAwait(Bench& b, const std::vector<TensorView>& weights
 Result<std::unique_ptr<Transport>> FreshLink(const Bench& b, refit_transport_role_t role) {
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Transport> plain,
                         b.registry->CreateTransport(b.transport, role, "bench-link-probe",
-                                                    &b.config, "transport." + b.transport));
+                                                    &b.probe_config, "transport." + b.transport));
   std::shared_ptr<internal::TokenBucket> bucket;
   if (b.bandwidth > 0) {
     bucket = std::make_shared<internal::TokenBucket>(b.bandwidth,
@@ -553,9 +573,7 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   REFIT_ASSIGN_OR_RAISE(b.bandwidth, b.config.GetSize("transport.bandwidth", 0));
   REFIT_ASSIGN_OR_RAISE(b.encoding, b.config.GetString("sender.encoding", "auto"));
   REFIT_ASSIGN_OR_RAISE(b.sender, Sender::Make(b.config, 0, 1, b.registry));
-  REFIT_ASSIGN_OR_RAISE(
-      b.watch, b.registry->CreateTransport(b.transport, REFIT_ROLE_SENDER, "bench-watch", &b.config,
-                                           "transport." + b.transport));
+  b.probe_config = ProbeConfig(b.config, b.transport, dir);
   return b;
 }
 

@@ -225,12 +225,21 @@ class BenchE2e(UcxCase):
             f.write(f'[transport.ucx]\nrendezvous_file = "{self.dir}/bench.addr"\n'
                     f'spool_dir = "{self.dir}/bench-spool"\nspool_fsync = false\ntls = "{TLS}"\n')
         started = self.start("bench", "e2e", "--size", "32MiB", "--transport", "ucx", "--config",
-                             path, "--syncs", "2")
+                             path, "--syncs", "2", env_extra={"REFIT_LOG": "info"})
         code, err = self.finish(started, bound_s=120)
         out = open(started[1] + ".out").read()
         self.assertNotIn("Assertion", err)
         self.assertEqual(code, 0, err)
         self.assertIn("bit-exact: yes", out)
+        # The sync's sender (the last instance to go) sent both versions to the receiver, pushed
+        # or replayed; the bench's other instances (the stage probes, on a channel of their own)
+        # took no receiver from it: it once pushed nothing, a watcher of the same spool having
+        # taken its rendezvous file.
+        found = BYTES_OUT.findall(err)
+        self.assertTrue(found, err)
+        _, pushed, replayed, _, _ = map(int, found[-1])
+        self.assertGreater(pushed, 0, found)
+        self.assertGreaterEqual(pushed + replayed, 32 << 20, found)
 
 
 class LinkAndFaults(UcxCase):

@@ -84,6 +84,12 @@ class REFIT_API Sender {
   // then advances the baseline to it. No-op when the baseline is already current.
   Status WaitAndAdvance(double timeout_seconds);
 
+  // The configured receivers that have neither acknowledged the published version nor answered
+  // it with a need-full request (what WaitAndAdvance waits for); empty once all answered. One
+  // look through the sender's own transport instance, no wait: a caller may watch the acks
+  // while it does other work (over a push transport a second instance would be a second sender).
+  std::vector<std::string> Unanswered();
+
   uint64_t baseline_version() const;
   uint64_t published_version() const;
   // Acks seen for the published version (after WaitAndAdvance).

@@ -862,6 +862,17 @@ uint64_t Sender::baseline_version() const { return impl_->baseline_version; }
 uint64_t Sender::published_version() const { return impl_->published_version; }
 const std::vector<Ack>& Sender::acks() const { return impl_->acks; }
 
+std::vector<std::string> Sender::Unanswered() {
+  Impl& m = *impl_;
+  std::vector<std::string> out;
+  if (m.published_version == m.baseline_version) return out;
+  bool need_full = false;
+  for (const std::string& r : m.receivers) {
+    if (!m.AnswerPresent(r, m.published_version, &need_full)) out.push_back(r);
+  }
+  return out;
+}
+
 Status Sender::WaitAndAdvance(double timeout_seconds) {
   Impl& m = *impl_;
   if (m.published_version == m.baseline_version) return Status::OK();

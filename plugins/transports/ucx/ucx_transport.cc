@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "common/file_util.h"
@@ -171,16 +172,22 @@ Status UcxTransport::StartSender() {
 }
 
 // await_receivers: the first put goes down the tree to everyone instead of being replayed to
-// each receiver that connects after it.
+// each receiver that connects after it. Receivers are counted by id: one that reconnected has
+// two connections until its stale one is closed.
 void UcxTransport::AwaitReceivers() {
   if (options_.await_receivers == 0) return;
   std::unique_lock<std::mutex> lk(mu_);
   const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
-  while (peers_.size() < options_.await_receivers) {
+  auto connected = [&] {
+    std::set<std::string> ids;
+    for (const auto& [conn, peer] : peers_) ids.insert(peer.id);
+    return ids.size();
+  };
+  while (connected() < options_.await_receivers) {
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) break;
   }
   sdk::Log(REFIT_LOG_DEBUG, kLog,
-           std::to_string(peers_.size()) + " of " + std::to_string(options_.await_receivers) +
+           std::to_string(connected()) + " of " + std::to_string(options_.await_receivers) +
                " awaited receivers connected before the first put");
 }
 

@@ -66,22 +66,33 @@ void FreeRequest(ucs_status_ptr_t req) {
 
 }  // namespace
 
-struct Worker::Conn {
-  Worker* worker = nullptr;
-  ConnId id = 0;
-  ucp_ep_h ep = nullptr;
-  bool dead = false;
-  std::string name;
-  uint64_t pending = 0;  // sends not yet completed
-  Clock::time_point last_progress = Clock::now();
-};
-
 struct Worker::SendCtx {
   Worker* worker = nullptr;
   ConnId conn = 0;
   std::string header;  // kept until completion: UCP may still read it
   Bytes data;
   SendDone done;
+};
+
+struct Worker::Conn {
+  Worker* worker = nullptr;
+  ConnId id = 0;
+  ucp_ep_h ep = nullptr;
+  bool dead = false;
+  // A connection we made is wired up once the flush posted at its creation completed. UCX 1.13
+  // fails some sends posted before that with "Invalid parameter" (seen with posix,tcp): they
+  // wait in `held` until then, in order.
+  bool wired = true;
+  std::vector<std::unique_ptr<SendCtx>> held;
+  std::string name;
+  uint64_t pending = 0;  // sends not yet completed (held ones included)
+  Clock::time_point last_progress = Clock::now();
+};
+
+// The flush that tells a connection we made is wired up.
+struct Worker::WireCtx {
+  Worker* worker = nullptr;
+  ConnId conn = 0;
 };
 
 struct Worker::RecvCtx {
@@ -297,8 +308,39 @@ Result<ConnId> Worker::Connect(const HostPort& addr) {
   std::lock_guard<std::mutex> lk(mu_);
   ConnId id = 0;
   REFIT_RETURN_NOT_OK(CreateEp(&params, addr.host + ":" + std::to_string(addr.port), &id));
+  AwaitWired(*conns_[id]);
   ucp_worker_signal(worker_);
   return id;
+}
+
+// mu_ held. Sends to a connection we just made wait until a flush of its endpoint completed:
+// UCP completes it once the endpoint is wired up.
+void Worker::AwaitWired(Conn& conn) {
+  auto ctx = std::make_unique<WireCtx>(WireCtx{this, conn.id});
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &Worker::OnWired;
+  p.user_data = ctx.get();
+  ucs_status_ptr_t req = ucp_ep_flush_nbx(conn.ep, &p);
+  if (req == nullptr) return;  // wired already
+  if (UCS_PTR_IS_ERR(req)) {
+    MarkDown(conn.id, std::string("connect failed: ") + ucs_status_string(UCS_PTR_STATUS(req)));
+    return;
+  }
+  conn.wired = false;
+  ctx.release();  // OnWired deletes it
+}
+
+// mu_ held (inside progress or a close). The held sends are posted after progress returns.
+void Worker::OnWired(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<WireCtx> ctx(static_cast<WireCtx*>(user_data));
+  Worker* w = ctx->worker;
+  ucp_request_free(request);
+  if (status != UCS_OK) {
+    w->MarkDown(ctx->conn, std::string("connect failed: ") + ucs_status_string(status));
+    return;
+  }
+  w->wired_.push_back(ctx->conn);
 }
 
 std::string Worker::PeerName(ConnId conn) {
@@ -347,6 +389,18 @@ Status Worker::Send(ConnId conn, const MsgHeader& header, Bytes data, SendDone d
                            " is closed");
   }
   Conn& c = *it->second;
+  if (c.pending == 0) c.last_progress = Clock::now();
+  if (!c.wired) {
+    ++c.pending;
+    ++pending_sends_;
+    c.held.push_back(std::move(ctx));
+    return Status::OK();
+  }
+  return Post(c, ctx);
+}
+
+// mu_ held. Posts one send; on an error UCP gave at once, ctx stays the caller's.
+Status Worker::Post(Conn& c, std::unique_ptr<SendCtx>& ctx) {
   ucp_request_param_t p{};
   p.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -364,12 +418,32 @@ Status Worker::Send(ConnId conn, const MsgHeader& header, Bytes data, SendDone d
     if (ctx->done) ctx->done(Status::OK());
     return Status::OK();
   }
-  if (c.pending == 0) c.last_progress = Clock::now();
   ++c.pending;
   ++pending_sends_;
   ctx.release();  // OnSendDone deletes it
   ucp_worker_signal(worker_);
   return Status::OK();
+}
+
+// mu_ held, outside any UCP callback. A connection wired up: its held sends go, in order.
+void Worker::ReleaseHeld(ConnId id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  Conn& c = *it->second;
+  c.wired = true;
+  std::vector<std::unique_ptr<SendCtx>> held;
+  held.swap(c.held);
+  for (auto& ctx : held) {
+    --c.pending;
+    --pending_sends_;
+    Status st = c.dead
+                    ? Status::IoError("ucx transport: the connection to " + c.name + " is closed")
+                    : Post(c, ctx);
+    if (st.ok()) continue;
+    MarkDown(id, st.message());
+    if (ctx->done) ctx->done(st);
+  }
+  flushed_.notify_all();
 }
 
 void Worker::OnSendDone(void* request, ucs_status_t status, void* user_data) {
@@ -502,6 +576,9 @@ void Worker::AfterProgress() {
     Status st = CreateEp(&params, ClientAddress(request), &id);
     if (!st.ok()) sdk::Log(REFIT_LOG_WARN, "ucx", st.message());
   }
+  std::vector<ConnId> wired;
+  wired.swap(wired_);
+  for (ConnId id : wired) ReleaseHeld(id);
   std::vector<std::pair<RecvCtx*, void*>> rndv;
   rndv.swap(rndv_);
   for (auto& [ctx, desc] : rndv) StartRndv(ctx, desc);
@@ -509,6 +586,7 @@ void Worker::AfterProgress() {
   to_close.swap(to_close_);
   for (ConnId id : to_close) {
     Conn& conn = *conns_[id];
+    if (!conn.held.empty()) ReleaseHeld(id);  // dead: each fails
     if (conn.ep == nullptr) continue;
     by_ep_.erase(conn.ep);
     ucp_request_param_t p{};
@@ -538,8 +616,9 @@ void Worker::ProgressLoop() {
       }
       AfterProgress();
       CheckTimeouts();
-      armed = (rndv_.empty() && accepted_.empty() && to_close_.empty()) ? ucp_worker_arm(worker_)
-                                                                        : UCS_ERR_BUSY;
+      armed = (rndv_.empty() && accepted_.empty() && to_close_.empty() && wired_.empty())
+                  ? ucp_worker_arm(worker_)
+                  : UCS_ERR_BUSY;
     }
     if (armed == UCS_ERR_BUSY) continue;
     pollfd pfd{efd_, POLLIN, 0};

@@ -89,6 +89,7 @@ class Worker {
   struct Conn;
   struct SendCtx;
   struct RecvCtx;
+  struct WireCtx;
   explicit Worker(EventHandler* handler);
   Status Init(const WorkerOptions& options);
   void ProgressLoop();
@@ -100,6 +101,10 @@ class Worker {
   ConnId AddConn(ucp_ep_h ep, const std::string& name);
   Status CreateEp(ucp_ep_params_t* params, const std::string& name, ConnId* out);
   void CloseAll();
+  void AwaitWired(Conn& conn);
+  Status Post(Conn& c, std::unique_ptr<SendCtx>& ctx);
+  void ReleaseHeld(ConnId id);
+  static void OnWired(void* request, ucs_status_t status, void* user_data);
   void AwaitBounded(ucs_status_ptr_t req, int seconds);
   static void OnSendDone(void* request, ucs_status_t status, void* user_data);
   static void OnRecvDone(void* request, ucs_status_t status, size_t length, void* user_data);
@@ -123,6 +128,7 @@ class Worker {
   std::vector<ucp_conn_request_h> accepted_;
   std::vector<std::pair<RecvCtx*, void*>> rndv_;
   std::vector<ConnId> to_close_;
+  std::vector<ConnId> wired_;  // connections we made whose wiring flush completed
   uint64_t pending_sends_ = 0;
   std::condition_variable flushed_;
   bool stop_ = false;
