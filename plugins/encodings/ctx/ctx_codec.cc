@@ -1675,14 +1675,23 @@ CTX_INLINE void SlotCountdown(const typename Ops::Classes* v, const uint64_t* va
                               const DecodedChange* changes, uint64_t last, uint64_t n, uint64_t* j,
                               uint64_t* left, uint64_t* positions, uint64_t* steps,
                               uint64_t* pending) {
+  // Locals, not the callers' counters: the stores to positions / steps (also uint64_t) could
+  // alias those, so through the pointers the countdown went to memory and back every block (a
+  // store-forwarding stall per block, ~40% of the walk at 1.5% density).
+  uint64_t at = *j;
+  uint64_t countdown = *left;
+  uint64_t listed = *pending;
 #pragma GCC unroll 4
   for (uint64_t b = 0; b < blocks; ++b) {
     const uint64_t m = Ops::Mask(v[b], range) & valid[b];
-    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, j, left,
-                           positions, steps, pending)) {
-      return;
+    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, &at,
+                           &countdown, positions, steps, &listed)) {
+      break;
     }
   }
+  *j = at;
+  *left = countdown;
+  *pending = listed;
 }
 
 // The same pass with the slot's members of the chunk listed first (Ops::Members): a change is
