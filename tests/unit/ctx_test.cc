@@ -84,8 +84,8 @@ TEST(CtxCodec, SyntheticDeltaIsWellBelowTheOrder0Bound) {
       << payload.size() << " bytes vs bound " << bound.total_bytes();
 }
 
-// The table form (what records of 2^16 changes or more get) on the same delta: bit-exact and as
-// far below the bound (its tables cost ~1-2 KB here, a few percent of this small record).
+// The table form (what records of 2^12 changes or more get) on the same delta: bit-exact and as
+// far below the bound (most of its slot tables are geometric here: a few bytes each).
 TEST(CtxCodec, TableFormOfTheSyntheticDeltaRoundTripsBelowTheBound) {
   Delta d = SyntheticDelta();
   const refit_encode_input_t in = d.Input();

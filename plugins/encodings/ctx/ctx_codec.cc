@@ -15,7 +15,8 @@
 // costs about a bit and a half; larger steps cost their bit length plus raw bits.
 //
 // Two coded forms: small records go through an adaptive binary range coder in position order
-// (mode 0); records of 2^16 changes or more through static per-record tables, rANS and a raw bit
+// (mode 0); records of 2^12 changes or more through static per-record tables (explicit, or
+// geometric from two numbers where that codes fewer bits), rANS and a raw bit
 // stream in slot-major order (mode 2, ctx_tables.h), which the decoder decodes in full before a
 // slot-by-slot chunk walk applies it. A slot is a range of classes that shares one run count:
 // the table form's encoder merges classes whose change rates are alike (ChooseSlots), down to
