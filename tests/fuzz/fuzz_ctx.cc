@@ -135,11 +135,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t max = refit::ctx::MaxEncodedSize(in);
   FUZZ_CHECK(max > 0, "MaxEncodedSize is 0");
   // The codec's own choice, and, for an accepted table-form payload, the table form with its
-  // chosen slots and with one slot per class (small records never pick it themselves).
+  // chosen slots, with one slot per class and without geometric tables.
   std::vector<refit::ctx::CodedForm> forms = {refit::ctx::CodedForm::kAuto};
   if (payload.size() > 5 && payload[5] == 2) {
     forms.push_back(refit::ctx::CodedForm::kTables);
     forms.push_back(refit::ctx::CodedForm::kTablesPerClass);
+    forms.push_back(refit::ctx::CodedForm::kTablesExplicit);
   }
   for (refit::ctx::CodedForm form : forms) {
     std::vector<uint8_t> out;

@@ -200,11 +200,12 @@ TEST(CtxLevels, PayloadsAndBitsAgreeOnEveryDtype) {
   const uint64_t sizes[] = {1, 2, 63, 64, 65, 97, 128, 1000, 4096 + 13};
   const double densities[] = {0.002, 0.03, 0.4, 1.0};
   uint64_t seed = 1;
-  for (ctx::CodedForm form :
-       {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables, ctx::CodedForm::kTablesPerClass}) {
-    const std::string form_name = form == ctx::CodedForm::kAdaptive ? "adaptive"
-                                  : form == ctx::CodedForm::kTables ? "tables"
-                                                                    : "tables per class";
+  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables,
+                              ctx::CodedForm::kTablesPerClass, ctx::CodedForm::kTablesExplicit}) {
+    const std::string form_name = form == ctx::CodedForm::kAdaptive         ? "adaptive"
+                                  : form == ctx::CodedForm::kTables         ? "tables"
+                                  : form == ctx::CodedForm::kTablesPerClass ? "tables per class"
+                                                                            : "explicit tables";
     for (int32_t dtype = REFIT_DTYPE_BOOL; dtype <= REFIT_DTYPE_F8_E5M2; ++dtype) {
       for (uint64_t n : sizes) {
         for (double density : densities) {
@@ -262,12 +263,14 @@ TEST(CtxLevels, ForgedPayloadsDecodeIdenticallyAtEveryLevel) {
   constexpr size_t kGuard = 64;
   constexpr uint8_t kGuardByte = 0xA5;
   std::mt19937_64 rng(99);
-  for (ctx::CodedForm form :
-       {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables, ctx::CodedForm::kTablesPerClass}) {
+  for (ctx::CodedForm form : {ctx::CodedForm::kAdaptive, ctx::CodedForm::kTables,
+                              ctx::CodedForm::kTablesPerClass, ctx::CodedForm::kTablesExplicit}) {
     for (int32_t dtype : {REFIT_DTYPE_BF16, REFIT_DTYPE_F16, REFIT_DTYPE_F32, REFIT_DTYPE_F64,
                           REFIT_DTYPE_F8_E5M2, REFIT_DTYPE_U8}) {
-      // (One table per class outweighs a 200-element literal: a larger record for that form.)
-      const uint64_t n = form == ctx::CodedForm::kTablesPerClass ? 4000 : 200;
+      // (Explicit tables, one per class, outweigh a 200-element literal: a larger record.)
+      const uint64_t n =
+          form == ctx::CodedForm::kTablesPerClass || form == ctx::CodedForm::kTablesExplicit ? 4000
+                                                                                             : 200;
       Case c = MakeCase(dtype, n, 0.05, 1000 + static_cast<uint64_t>(dtype), false);
       const refit_encode_input_t in = c.Input();
       std::vector<uint8_t> valid(ctx::MaxEncodedSize(in));

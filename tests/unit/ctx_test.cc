@@ -84,8 +84,8 @@ TEST(CtxCodec, SyntheticDeltaIsWellBelowTheOrder0Bound) {
       << payload.size() << " bytes vs bound " << bound.total_bytes();
 }
 
-// The table form (what records of 2^16 changes or more get) on the same delta: bit-exact and as
-// far below the bound (its tables cost ~1-2 KB here, a few percent of this small record).
+// The table form (what records of 2^12 changes or more get) on the same delta: bit-exact and as
+// far below the bound (most of its slot tables are geometric here: a few bytes each).
 TEST(CtxCodec, TableFormOfTheSyntheticDeltaRoundTripsBelowTheBound) {
   Delta d = SyntheticDelta();
   const refit_encode_input_t in = d.Input();
@@ -217,6 +217,128 @@ TEST(CtxCodec, ForgedSlotListsAreRefusedBeforeAnyWrite) {
       EXPECT_TRUE(bits == d.old_bits) << "forgery " << f;
     }
   }
+}
+
+size_t SkipVarint(const std::vector<uint8_t>& payload, size_t at) {
+  while (payload[at] & 0x80) ++at;
+  return at + 1;
+}
+
+uint64_t ReadVarint(const std::vector<uint8_t>& payload, size_t* at) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const uint8_t b = payload[(*at)++];
+    v |= uint64_t{b & 0x7fu} << shift;
+    if (!(b & 0x80)) return v;
+  }
+}
+
+// Where each slot's table of a table-form payload starts (after the slot list, the first runs
+// and the counts) and where the step table starts (the last entry).
+std::vector<size_t> TableOffsets(const std::vector<uint8_t>& payload) {
+  size_t at = SlotListOffset(payload);
+  const size_t slots = payload[at] + 1u;
+  at += 1 + 2 * slots;
+  for (size_t v = 0; v < 2 * slots; ++v) at = SkipVarint(payload, at);
+  std::vector<size_t> offsets;
+  for (size_t slot = 0; slot < slots; ++slot) {
+    offsets.push_back(at);
+    if (payload[at++] == 1) {  // geometric: rate, share
+      at = SkipVarint(payload, SkipVarint(payload, at));
+      continue;
+    }
+    const uint64_t m = ReadVarint(payload, &at);  // explicit: m, first, m frequencies
+    if (m != 0) at = SkipVarint(payload, at) + m;
+  }
+  offsets.push_back(at);
+  return offsets;
+}
+
+std::vector<uint8_t> EncodeFormOrDie(Delta& d, ctx::CodedForm form) {
+  const refit_encode_input_t in = d.Input();
+  std::vector<uint8_t> out(ctx::MaxEncodedSize(in));
+  Result<uint64_t> size =
+      ctx::EncodeAt(kernels::ActiveSimdLevel(), in, out.data(), out.size(), form);
+  EXPECT_TRUE(size.ok()) << size.status().ToString();
+  out.resize(size.ok() ? *size : 0);
+  EXPECT_EQ(out.size() > 5 ? out[5] : 0, 2) << "expected the table form";
+  return out;
+}
+
+// Geometric tables (format 4): the synthetic delta's per-class runs are close to geometric, so
+// most slots take the few-byte table and the record shrinks; it decodes bit-exactly at every
+// level (tests/unit/ctx_levels_test.cc runs every form on every dtype).
+TEST(CtxCodec, GeometricTablesShrinkTheTableForm) {
+  Delta d = SyntheticDelta();
+  const std::vector<uint8_t> geometric = EncodeFormOrDie(d, ctx::CodedForm::kTables);
+  const std::vector<uint8_t> explicit_only = EncodeFormOrDie(d, ctx::CodedForm::kTablesExplicit);
+  EXPECT_LT(geometric.size(), explicit_only.size());
+  size_t geometric_slots = 0;
+  const std::vector<size_t> tables = TableOffsets(geometric);
+  for (size_t t = 0; t + 1 < tables.size(); ++t) geometric_slots += geometric[tables[t]] == 1;
+  EXPECT_GE(geometric_slots, 4u);
+  const std::vector<size_t> explicit_tables = TableOffsets(explicit_only);
+  for (size_t t = 0; t + 1 < explicit_tables.size(); ++t) {
+    EXPECT_EQ(explicit_only[explicit_tables[t]], 0);
+  }
+  for (kernels::SimdLevel level :
+       {kernels::SimdLevel::kScalar, kernels::SimdLevel::kAvx2, kernels::SimdLevel::kAvx512}) {
+    for (const auto* payload : {&geometric, &explicit_only}) {
+      std::vector<uint8_t> bits = d.old_bits;
+      ASSERT_TRUE(ctx::DecodeAt(level, payload->data(), payload->size(), d.Target(&bits)).ok());
+      EXPECT_TRUE(bits == d.new_bits);
+    }
+  }
+}
+
+// A geometric table of an unknown kind, a rate of 0 or above 1, a share above the total, or cut
+// short is refused before any write, at every level.
+TEST(CtxCodec, ForgedGeometricTablesAreRefusedBeforeAnyWrite) {
+  Delta d = SyntheticDelta();
+  d.old_bits.resize(400000);
+  d.new_bits.resize(400000);
+  const std::vector<uint8_t> payload = EncodeFormOrDie(d, ctx::CodedForm::kTables);
+  const std::vector<size_t> tables = TableOffsets(payload);
+  size_t at = 0;
+  for (size_t t = 0; t + 1 < tables.size() && at == 0; ++t)
+    at = payload[tables[t]] == 1 ? tables[t] : 0;
+  ASSERT_NE(at, 0u) << "the test needs a geometric table";
+  const size_t end = SkipVarint(payload, SkipVarint(payload, at + 1));
+  // The payload with the table's bytes [at, end) replaced.
+  const auto forge = [&](std::vector<uint8_t> table) {
+    std::vector<uint8_t> bad(payload.begin(), payload.begin() + static_cast<ptrdiff_t>(at));
+    bad.insert(bad.end(), table.begin(), table.end());
+    bad.insert(bad.end(), payload.begin() + static_cast<ptrdiff_t>(end), payload.end());
+    const uint64_t digest = kernels::Digest64(bad.data() + 5, bad.size() - 5);
+    sdk::StoreLE<uint32_t>(bad.data() + 1, static_cast<uint32_t>(digest));
+    return bad;
+  };
+  std::vector<std::vector<uint8_t>> forged = {
+      forge({2, 0x80, 0x80, 0x01, 0x80, 0x10}),        // unknown kind
+      forge({1, 0x00, 0x80, 0x10}),                    // rate 0
+      forge({1, 0x81, 0x80, 0x80, 0x08, 0x80, 0x10}),  // rate 2^24 + 1
+      forge({1, 0x80, 0x80, 0x01, 0x81, 0x20}),        // share 4097
+  };
+  forged.push_back(forged[1]);  // cut inside the rate's varint
+  forged.back().resize(at + 2);
+  forged.back()[at + 1] = 0x80;
+  const uint64_t digest = kernels::Digest64(forged.back().data() + 5, forged.back().size() - 5);
+  sdk::StoreLE<uint32_t>(forged.back().data() + 1, static_cast<uint32_t>(digest));
+  for (size_t f = 0; f < forged.size(); ++f) {
+    for (kernels::SimdLevel level :
+         {kernels::SimdLevel::kScalar, kernels::SimdLevel::kAvx2, kernels::SimdLevel::kAvx512}) {
+      std::vector<uint8_t> bits = d.old_bits;
+      const Status st = ctx::DecodeAt(level, forged[f].data(), forged[f].size(), d.Target(&bits));
+      EXPECT_EQ(st.code(), StatusCode::kCorrupt) << "forgery " << f << ": " << st.ToString();
+      EXPECT_TRUE(bits == d.old_bits) << "forgery " << f;
+    }
+  }
+  // Sanity: a valid rewrite of the same table (rate 1/2, no big steps) is accepted as a table
+  // (the record then decodes to other bits or is refused later, but not for its table).
+  std::vector<uint8_t> bits = d.old_bits;
+  const std::vector<uint8_t> other = forge({1, 0x80, 0x80, 0x80, 0x04, 0x00});
+  const Status st = ctx::Decode(other.data(), other.size(), d.Target(&bits));
+  EXPECT_EQ(st.ToString().find("frequency table"), std::string::npos) << st.ToString();
 }
 
 // Every bf16 pattern as an old value, each moved by a step from a mix of one ULP, a few ULPs and

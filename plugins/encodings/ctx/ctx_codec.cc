@@ -15,7 +15,8 @@
 // costs about a bit and a half; larger steps cost their bit length plus raw bits.
 //
 // Two coded forms: small records go through an adaptive binary range coder in position order
-// (mode 0); records of 2^16 changes or more through static per-record tables, rANS and a raw bit
+// (mode 0); records of 2^12 changes or more through static per-record tables (explicit, or
+// geometric from two numbers where that codes fewer bits), rANS and a raw bit
 // stream in slot-major order (mode 2, ctx_tables.h), which the decoder decodes in full before a
 // slot-by-slot chunk walk applies it. A slot is a range of classes that shares one run count:
 // the table form's encoder merges classes whose change rates are alike (ChooseSlots), down to
@@ -44,14 +45,14 @@ namespace {
 using sdk::LoadLE;
 using sdk::StoreLE;
 
-constexpr uint8_t kFormatVersion = 3;
+constexpr uint8_t kFormatVersion = 4;
 constexpr uint8_t kModeCoded = 0;  // adaptive range coder
 constexpr uint8_t kModeLiteral = 1;
 constexpr uint8_t kModeTables = 2;  // static tables + rANS + raw bits (large records)
-// The table form pays ~1-2 KB of tables per record for a much cheaper entropy stage (from most of
-// the decode time to ~10-15% of it): worth it from this many changes on (both forms code about
-// the same bits per change otherwise).
-constexpr uint64_t kTableMinChanges = uint64_t{1} << 16;
+// The table form decodes several times cheaper per change; with geometric tables (a few bytes
+// per slot, format 4) it also codes about the same bits as the adaptive form from this many
+// changes on (below, the adaptive coder's fewer header bytes win).
+constexpr uint64_t kTableMinChanges = uint64_t{1} << 12;
 // version, checksum (u32), mode, dtype.
 constexpr uint64_t kFixedHeaderBytes = 7;
 constexpr uint64_t kChecksumOffset = 1;
@@ -821,6 +822,76 @@ bool GetTable(const uint8_t* p, uint64_t len, uint64_t* pos, uint32_t n, uint32_
   return true;
 }
 
+// Bits of coding `counts` with `freq` (infinite when a counted symbol has no frequency).
+double CodedBits(const uint64_t* counts, const uint32_t* freq, uint32_t n) {
+  double bits = 0;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (counts[s] == 0) continue;
+    if (freq[s] == 0) return std::numeric_limits<double>::infinity();
+    bits += static_cast<double>(counts[s]) * (tables::kPrecision - std::log2(freq[s]));
+  }
+  return bits;
+}
+
+constexpr uint8_t kTableExplicit = 0;
+constexpr uint8_t kTableGeometric = 1;
+
+// A slot's joint table (format 4): a kind byte, then the explicit table (PutTable) or the
+// geometric one's rate and share of big steps (tables::GeometricWeights), whichever codes the
+// slot's symbols in fewer bits, table included. `changes` / `run_sum` / `big` are the slot's
+// change count, sum of runs and steps other than one. Sets freq like PutTable.
+void PutSlotTable(const uint64_t* counts, uint64_t changes, uint64_t run_sum, uint64_t big,
+                  bool explicit_only, std::vector<uint8_t>* out, uint32_t* freq) {
+  const size_t start = out->size();
+  out->push_back(kTableExplicit);
+  PutTable(counts, kJointSymbols, out, freq);
+  if (explicit_only || changes == 0) return;
+  // Maximum likelihood: p = changes / (changes + runs), big share = big / changes; rounded,
+  // clamped so that a present kind of step keeps a nonzero share.
+  __extension__ typedef unsigned __int128 Wide;
+  const auto rate = static_cast<uint32_t>(std::clamp<uint64_t>(
+      static_cast<uint64_t>((Wide{changes} << tables::kRateBits) / (changes + run_sum)), 1,
+      tables::kMaxRate));
+  const auto share = static_cast<uint32_t>(
+      std::clamp<uint64_t>((big * tables::kTotal + changes / 2) / changes, big > 0 ? 1 : 0,
+                           big < changes ? tables::kTotal - 1 : tables::kTotal));
+  uint64_t weights[kJointSymbols];
+  uint32_t geometric[kJointSymbols];
+  tables::GeometricWeights(rate, share, weights);
+  tables::NormalizeFrequencies(weights, kJointSymbols, geometric);
+  uint8_t header[1 + 2 * kMaxVarintBytes];
+  header[0] = kTableGeometric;
+  const uint64_t header_bytes =
+      static_cast<uint64_t>(PutVarint(PutVarint(header + 1, rate), share) - header);
+  const double explicit_bits =
+      CodedBits(counts, freq, kJointSymbols) + 8.0 * static_cast<double>(out->size() - start);
+  const double geometric_bits =
+      CodedBits(counts, geometric, kJointSymbols) + 8.0 * static_cast<double>(header_bytes);
+  if (geometric_bits < explicit_bits) {
+    out->resize(start);
+    out->insert(out->end(), header, header + header_bytes);
+    std::copy(geometric, geometric + kJointSymbols, freq);
+  }
+}
+
+// Reads a table written by PutSlotTable into freq[0, kJointSymbols); false when malformed.
+bool GetSlotTable(const uint8_t* p, uint64_t len, uint64_t* pos, uint32_t* freq) {
+  if (*pos >= len) return false;
+  const uint8_t kind = p[(*pos)++];
+  if (kind == kTableExplicit) return GetTable(p, len, pos, kJointSymbols, freq);
+  uint64_t rate = 0;
+  uint64_t share = 0;
+  if (kind != kTableGeometric || !GetVarint(p, len, pos, &rate) ||
+      !GetVarint(p, len, pos, &share) || rate == 0 || rate > tables::kMaxRate ||
+      share > tables::kTotal) {
+    return false;
+  }
+  uint64_t weights[kJointSymbols];
+  tables::GeometricWeights(static_cast<uint32_t>(rate), static_cast<uint32_t>(share), weights);
+  tables::NormalizeFrequencies(weights, kJointSymbols, freq);
+  return true;
+}
+
 struct TableEncodeScratch {
   std::vector<uint64_t> order;   // the changes in class-major order
   std::vector<uint8_t> joint;    // each change's joint symbol (class-major)
@@ -849,7 +920,8 @@ template <typename S>
 
 template <typename T>
 uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScratch<T>& s,
-                      uint64_t k, const uint64_t* first_runs, uint8_t* out, uint64_t cap) {
+                      uint64_t k, const uint64_t* first_runs, bool explicit_only, uint8_t* out,
+                      uint64_t cap) {
   TableEncodeScratch& t = ThreadScratch<TableEncodeScratch>();
   const uint32_t slots = slot_ranges.count;
   t.order.resize(k);
@@ -870,6 +942,8 @@ uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScr
   }
   uint64_t* big_counts = t.counts.data() + uint64_t{slots} * kJointSymbols;
   uint64_t big_steps = 0;
+  uint64_t run_sums[kNumClasses] = {};  // per slot (for its geometric table)
+  uint64_t slot_bigs[kNumClasses] = {};
   {
     tables::BitWriter raw(&t.raw);
     for (uint64_t o = 0; o < k; ++o) {
@@ -884,6 +958,7 @@ uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScr
         t.big[o] = static_cast<uint8_t>(b.bucket);
         ++big_counts[b.bucket];
         ++big_steps;
+        ++slot_bigs[slot];
         if (b.bucket == tables::kEscapeBucket) {
           raw.PutEscaped(magnitude - 1);
         } else {
@@ -891,6 +966,7 @@ uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScr
         }
       }
       const uint64_t u = s.runs[j] + 1;
+      run_sums[slot] += s.runs[j];
       const tables::Bucketed r = tables::BucketOf(u);
       const uint32_t sym = r.bucket * 2 + big;
       t.joint[o] = static_cast<uint8_t>(sym);
@@ -919,8 +995,9 @@ uint64_t EncodeTables(const DTypeSpec& spec, const Slots& slot_ranges, EncodeScr
     t.header.insert(t.header.end(), varint, PutVarint(varint, per_slot[slot + 1] - per_slot[slot]));
   }
   for (uint32_t slot = 0; slot < slots; ++slot) {
-    PutTable(t.counts.data() + uint64_t{slot} * kJointSymbols, kJointSymbols, &t.header,
-             t.freq.data() + uint64_t{slot} * kJointSymbols);
+    PutSlotTable(t.counts.data() + uint64_t{slot} * kJointSymbols,
+                 per_slot[slot + 1] - per_slot[slot], run_sums[slot], slot_bigs[slot],
+                 explicit_only, &t.header, t.freq.data() + uint64_t{slot} * kJointSymbols);
   }
   uint32_t* big_freq = t.freq.data() + uint64_t{slots} * kJointSymbols;
   PutTable(big_counts, kBigSymbols, &t.header, big_freq);
@@ -1125,7 +1202,8 @@ Result<uint64_t> EncodeBody(Path path, CodedForm form, const refit_encode_input_
   const auto* old = static_cast<const uint8_t*>(in.old_bits);
   const auto* neu = static_cast<const uint8_t*>(in.new_bits);
   const bool per_class = form == CodedForm::kTablesPerClass;
-  const bool use_tables = form == CodedForm::kTables || per_class ||
+  const bool explicit_only = form == CodedForm::kTablesExplicit;
+  const bool use_tables = form == CodedForm::kTables || per_class || explicit_only ||
                           (form == CodedForm::kAuto && k >= kTableMinChanges);
   uint64_t class_changes[kNumClasses] = {};
   auto& step_lengths = ThreadScratch<StepLengths>().counts;  // table form only
@@ -1199,7 +1277,7 @@ Result<uint64_t> EncodeBody(Path path, CodedForm form, const refit_encode_input_
   h->mode = use_tables ? kModeTables : kModeCoded;
   uint64_t size;
   if (use_tables) {
-    size = EncodeTables<T>(spec, slots, s, k, pending, out, cap);
+    size = EncodeTables<T>(spec, slots, s, k, pending, explicit_only, out, cap);
   } else {
     size = EncodeAdaptive<T>(spec, slots, s, k, pending, out, cap);
   }
@@ -1675,14 +1753,23 @@ CTX_INLINE void SlotCountdown(const typename Ops::Classes* v, const uint64_t* va
                               const DecodedChange* changes, uint64_t last, uint64_t n, uint64_t* j,
                               uint64_t* left, uint64_t* positions, uint64_t* steps,
                               uint64_t* pending) {
+  // Locals, not the callers' counters: the stores to positions / steps (also uint64_t) could
+  // alias those, so through the pointers the countdown went to memory and back every block (a
+  // store-forwarding stall per block, ~40% of the walk at 1.5% density).
+  uint64_t at = *j;
+  uint64_t countdown = *left;
+  uint64_t listed = *pending;
 #pragma GCC unroll 4
   for (uint64_t b = 0; b < blocks; ++b) {
     const uint64_t m = Ops::Mask(v[b], range) & valid[b];
-    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, j, left,
-                           positions, steps, pending)) {
-      return;
+    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, &at,
+                           &countdown, positions, steps, &listed)) {
+      break;
     }
   }
+  *j = at;
+  *left = countdown;
+  *pending = listed;
 }
 
 // The same pass with the slot's members of the chunk listed first (Ops::Members): a change is
@@ -1902,7 +1989,8 @@ Status DecodeTablesBody(Path path, const Header& h, const DTypeSpec& spec, Class
   scratch.freq.resize(kJointSymbols);
   for (uint32_t table = 0; table <= slots; ++table) {
     const uint32_t symbols = table < slots ? kJointSymbols : kBigSymbols;
-    if (!GetTable(body, len, &at, symbols, scratch.freq.data())) {
+    if (table < slots ? !GetSlotTable(body, len, &at, scratch.freq.data())
+                      : !GetTable(body, len, &at, symbols, scratch.freq.data())) {
       return Status::Corrupt("ctx payload's frequency table " + std::to_string(table) +
                              " is truncated or malformed");
     }

@@ -36,10 +36,11 @@ Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
                                uint8_t* values, uint64_t capacity);
 
 // How a coded (not literal) payload codes its changes: kAuto picks by record size (the adaptive
-// range coder for small records, static tables + rANS from 2^16 changes on); tests and fuzz seeds
-// force one form to reach both at any size, and kTablesPerClass the table form with one slot per
-// class (no merging of classes, see README.md). The decoder reads any of them.
-enum class CodedForm { kAuto, kAdaptive, kTables, kTablesPerClass };
+// range coder for small records, static tables + rANS from 2^12 changes on); tests and fuzz seeds
+// force one form to reach both at any size, kTablesPerClass the table form with one slot per
+// class (no merging of classes, see README.md) and kTablesExplicit the table form without
+// geometric tables. The decoder reads any of them.
+enum class CodedForm { kAuto, kAdaptive, kTables, kTablesPerClass, kTablesExplicit };
 
 // Encode / Decode walking the elements at an explicit kernel level (an unsupported one runs the
 // best supported one): scalar counts every element's class one by one (the reference), AVX2 and

@@ -54,6 +54,17 @@ struct Totals {
   double decode_s = 0;  // ctx decode of the records
 };
 
+// CTX_FORM=adaptive|tables|per_class|explicit forces one coded form (default: the codec's).
+refit::ctx::CodedForm FormFromEnv() {
+  const char* env = std::getenv("CTX_FORM");
+  const std::string name = env != nullptr ? env : "";
+  return name == "adaptive"    ? refit::ctx::CodedForm::kAdaptive
+         : name == "tables"    ? refit::ctx::CodedForm::kTables
+         : name == "per_class" ? refit::ctx::CodedForm::kTablesPerClass
+         : name == "explicit"  ? refit::ctx::CodedForm::kTablesExplicit
+                               : refit::ctx::CodedForm::kAuto;
+}
+
 // Encodes one tensor pair as one record, checks the round trip, adds to totals.
 bool MeasureTensor(const std::string& name, refit::DType dtype, const void* old_bits,
                    const void* new_bits, uint64_t n, Totals* t) {
@@ -70,7 +81,8 @@ bool MeasureTensor(const std::string& name, refit::DType dtype, const void* old_
   in.positions = positions.data();
   in.n_changed = k;
   std::vector<uint8_t> out(refit::ctx::MaxEncodedSize(in));
-  refit::Result<uint64_t> size = refit::ctx::Encode(in, out.data(), out.size());
+  refit::Result<uint64_t> size = refit::ctx::EncodeAt(refit::kernels::ActiveSimdLevel(), in,
+                                                      out.data(), out.size(), FormFromEnv());
   if (!size.ok()) {
     std::fprintf(stderr, "%s: encode: %s\n", name.c_str(), size.status().ToString().c_str());
     return false;
@@ -88,13 +100,19 @@ bool MeasureTensor(const std::string& name, refit::DType dtype, const void* old_
   t->scan_s += Seconds(t0);
   t0 = Clock::now();
   refit::Status st = refit::ctx::Decode(out.data(), *size, target);
-  t->decode_s += Seconds(t0);
+  const double decode_s = Seconds(t0);
+  t->decode_s += decode_s;
   if (!st.ok() || std::memcmp(bits.data(), new_bits, n * es) != 0) {
     std::fprintf(stderr, "%s: round trip failed: %s\n", name.c_str(), st.ToString().c_str());
     return false;
   }
   const refit::ctx::Order0Bound b =
       refit::ctx::ComputeOrder0Bound(old_bits, new_bits, es, n, positions.data(), k);
+  if (std::getenv("CTX_RECORDS") != nullptr) {  // per record: elements, changes, bytes, decode s
+    std::printf("record %s %llu %llu %llu %.6f\n", name.c_str(), static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(k), static_cast<unsigned long long>(*size),
+                decode_s);
+  }
   t->elements += n;
   t->bytes += n * es;
   t->changed += k;
@@ -220,14 +238,7 @@ int Speed(uint64_t params, double lr, double gib) {
     std::memcpy(new_bits.data() + off, new_one.data(), len);
   }
   const uint64_t chunk = 16ull << 20;
-  // CTX_FORM=adaptive|tables|per_class forces one coded form (default: the codec's choice).
-  const char* form_env = std::getenv("CTX_FORM");
-  const std::string form_name = form_env != nullptr ? form_env : "";
-  const refit::ctx::CodedForm form = form_name == "adaptive" ? refit::ctx::CodedForm::kAdaptive
-                                     : form_name == "tables" ? refit::ctx::CodedForm::kTables
-                                     : form_name == "per_class"
-                                         ? refit::ctx::CodedForm::kTablesPerClass
-                                         : refit::ctx::CodedForm::kAuto;
+  const refit::ctx::CodedForm form = FormFromEnv();
   auto t0 = Clock::now();
   uint64_t differ = refit::kernels::CountDiff(old_bits.data(), new_bits.data(), total / 2, 2);
   const double scan_s = Seconds(t0);
@@ -341,12 +352,14 @@ int Seeds(const std::string& dir) {
           refit::kernels::DiffPositions(initial.data(), next.data(), kElems, es, &positions);
       in.positions = positions.data();
       // Both coded forms: the adaptive one (what a record this small gets) and the table form
-      // (what large records get), forced, with its chosen slots and with one slot per class.
+      // (what larger records get), forced, with its chosen slots, with one slot per class and
+      // with explicit tables only.
       for (refit::ctx::CodedForm form :
            {refit::ctx::CodedForm::kAdaptive, refit::ctx::CodedForm::kTables,
-            refit::ctx::CodedForm::kTablesPerClass}) {
+            refit::ctx::CodedForm::kTablesPerClass, refit::ctx::CodedForm::kTablesExplicit}) {
         const bool tables = form != refit::ctx::CodedForm::kAdaptive;
         const bool per_class = form == refit::ctx::CodedForm::kTablesPerClass;
+        const bool explicit_only = form == refit::ctx::CodedForm::kTablesExplicit;
         if (tables && (changes == 0 || changes == kElems)) continue;  // empty / literal: as above
         std::vector<uint8_t> out(refit::ctx::MaxEncodedSize(in));
         refit::Result<uint64_t> size = refit::ctx::EncodeAt(refit::kernels::ActiveSimdLevel(), in,
@@ -356,7 +369,8 @@ int Seeds(const std::string& dir) {
           const std::string name = dir + "/" +
                                    std::string(refit::NameOf(static_cast<refit::DType>(dtype))) +
                                    "_k" + std::to_string(in.n_changed) + (tables ? "_tables" : "") +
-                                   (per_class ? "_per_class" : "") + (flag ? "_fixup" : "");
+                                   (per_class ? "_per_class" : "") +
+                                   (explicit_only ? "_explicit" : "") + (flag ? "_fixup" : "");
           std::ofstream f(name, std::ios::binary);
           const char selector = static_cast<char>((dtype - 1) | flag);
           f.write(&selector, 1);

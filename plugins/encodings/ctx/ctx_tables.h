@@ -126,6 +126,40 @@ inline void FrequenciesFromQuantized(const uint8_t* q, uint32_t n, uint32_t* fre
   NormalizeFrequencies(weights, n, freq);
 }
 
+// ------------------------------------------------------------------ geometric tables
+//
+// A slot's joint table (bucket of run + 1, step other than one) from two numbers: runs geometric
+// with change rate p (kRateBits fixed point) and steps other than one at share `big` of kTotal,
+// independent of the run. A few bytes where the explicit table costs 60-80, so that records of
+// a few thousand changes can take the table form. Integer arithmetic only (both sides derive the
+// same frequencies on any machine).
+constexpr uint32_t kRateBits = 24;
+constexpr uint32_t kMaxRate = 1u << kRateBits;  // p = 1: every member changes
+constexpr int kGeometricCutoffBits = 20;        // symbols below 2^-20 of the mass are absent
+
+// weights[2 * kBuckets] for rate in [1, kMaxRate] and big in [0, kTotal].
+inline void GeometricWeights(uint32_t rate, uint32_t big, uint64_t* weights) {
+  // q = 1 - p in Q32 and q^(2^e) by squaring (each < 2^32: products fit in 64 bits).
+  uint64_t q_pow[kMaxDirectLength];
+  q_pow[0] = (uint64_t{1} << 32) - (uint64_t{rate} << (32 - kRateBits));
+  for (int e = 1; e < kMaxDirectLength; ++e) q_pow[e] = (q_pow[e - 1] * q_pow[e - 1]) >> 32;
+  uint64_t survive = uint64_t{1} << 32;  // P(u >= the bucket's base) = q^(base - 1), Q32
+  uint64_t total = 0;
+  for (uint32_t b = 0; b < kEscapeBucket; ++b) {
+    const uint64_t next = (survive * q_pow[kBucketTable.extra[b]]) >> 32;
+    const uint64_t w = survive - next;  // P(bucket b) in Q32
+    survive = next;
+    weights[2 * b] = w * (kTotal - big);
+    weights[2 * b + 1] = w * big;
+    total += w * kTotal;
+  }
+  weights[2 * kEscapeBucket] = weights[2 * kEscapeBucket + 1] = 0;
+  // The far tail would take a frequency of 1 each (a few percent of the table for nothing).
+  for (uint32_t s = 0; s < 2 * kBuckets; ++s) {
+    if (weights[s] < (total >> kGeometricCutoffBits)) weights[s] = 0;
+  }
+}
+
 // Decode table entry for slot x & (kTotal - 1): symbol (8 bits), frequency - 1 (12 bits) and the
 // slot's offset within its symbol's range (12 bits).
 inline void BuildDecodeTable(const uint32_t* freq, uint32_t n, uint32_t* table) {
