@@ -76,7 +76,7 @@ TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
   WriteAll(dir / "c.toml",
            "[encoding.auto]\nmode = \"link\"\nlink_bandwidth = \"200MB\"\n"
            "calibration = \"" +
-               (dir / "r.json").string() + "\"\n");
+               (dir / "r.json") + "\"\n");
   auto diff = RunRefit({"diff", dir / "a.safetensors", dir / "b.safetensors", "-o", dir / "d.refit",
                         "--config", dir / "c.toml"},
                        dir.path());

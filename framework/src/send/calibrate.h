@@ -11,12 +11,12 @@
 
 namespace refit::internal {
 
-// Encodes and decodes a synthetic delta of `dtype` (1 Mi elements at 0.2% and 3% density, and
-// 64 Ki at 3%: a few MB, tens of ms) with each candidate on the calling thread and fits every
-// candidate's single-thread encode and decode time and its size to LinearCost (fastest of three
-// runs). The values of float dtypes cluster at small exponents like weights, and 90% of the
-// changes are one step of the ordered integer representation, as in a refit. A decode that does
-// not reproduce the new bits is an error.
+// Encodes and decodes (as a receiver does, receive/apply.cc) a synthetic delta of `dtype` (1 Mi
+// elements at 0.2% and 3% density, and 64 Ki at 3%: a few MB, tens of ms) with each candidate on
+// the calling thread and fits every candidate's single-thread encode and decode time and its size
+// to LinearCost (fastest of three runs). The values of float dtypes cluster at small exponents
+// like weights, and 90% of the changes are one step of the ordered integer representation, as in
+// a refit. A decode that does not reproduce the new bits is an error.
 Result<std::vector<EncodingCost>> Calibrate(const std::vector<const Encoding*>& candidates,
                                             DType dtype);
 
