@@ -271,6 +271,8 @@ TEST(CostModelFile, RefusesBadInputWithOneLineNamingTheFile) {
            doc(R"("encode_ns": [0, 1e13, 2], "decode_ns": [0, 1, 2], "bytes": [16, 0, 6])"),
            doc(R"("encode_ns": [0, "1", 2], "decode_ns": [0, 1, 2], "bytes": [16, 0, 6])"),
            doc(ok_entry + R"(, "apply_ns": [0, 0, 0])"),
+           // Found by fuzz_cost_model: the member's name must not make the error two lines.
+           doc(ok_entry + R"(, "\ncode_ns": [0, 0, 0])"),
        }) {
     auto parsed = internal::ParseCostModel(text, "m.json");
     ASSERT_FALSE(parsed.ok()) << text;

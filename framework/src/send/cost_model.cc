@@ -35,13 +35,25 @@ Result<LinearCost> ParseLinear(const json& v, const std::string& origin, const s
   return LinearCost{c[0], c[1], c[2]};
 }
 
+// Names are printed in errors: only what a dtype or encoding name can be.
+bool PlainName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Result<EncodingCost> ParseEncoding(const json& v, const std::string& origin,
                                    const std::string& where) {
   if (!v.is_object()) return Bad(origin, where, "expected an object");
   EncodingCost cost;
   bool seen[3] = {false, false, false};
   for (const auto& [key, value] : v.items()) {
-    const std::string at = where + "." + key;
+    // An unknown member's name may be anything (a newline): only a plain one is shown.
+    const std::string at = where + "." + (PlainName(key) ? key : "<member>");
     if (key == "encode_ns") {
       REFIT_ASSIGN_OR_RAISE(cost.encode_ns, ParseLinear(value, origin, at));
       seen[0] = true;
@@ -59,17 +71,6 @@ Result<EncodingCost> ParseEncoding(const json& v, const std::string& origin,
     return Bad(origin, where, "needs encode_ns, decode_ns and bytes");
   }
   return cost;
-}
-
-// Names are printed in errors: only what a dtype or encoding name can be.
-bool PlainName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
-      return false;
-    }
-  }
-  return true;
 }
 
 Result<CostModelFile> ParseModelObject(const json& m, const std::string& origin) {
