@@ -23,9 +23,12 @@
 #include "format/safetensors.h"
 #include "format/wire.h"
 #include "offline/delta_internal.h"
+#include "plugins/encoding_cache.h"
 #include "refit/delta.h"
 #include "refit/kernels/diff.h"
 #include "refit/refit.h"
+#include "send/auto_policy.h"
+#include "send/calibrate.h"
 #include "synthetic/synthetic.h"
 
 namespace refit::cli {
@@ -685,6 +688,22 @@ Result<json> MeasureWorkload(const Workload& w, const BenchSetup& setup, int rep
   return jw;
 }
 
+// [encoding.auto] mode link's cost model of this machine, for its `calibration` key: the auto
+// candidates measured on bf16 and f32 (send/calibrate.h), the JSON ParseCostModel reads.
+Result<json> LinkModelReport(const BenchSetup& setup) {
+  internal::EncodingCache cache(*setup.registry, setup.config.get());
+  REFIT_ASSIGN_OR_RAISE(const internal::AutoPolicy* policy, cache.Auto());
+  internal::CostModelFile model;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    REFIT_ASSIGN_OR_RAISE(std::vector<internal::EncodingCost> costs,
+                          internal::Calibrate(policy->candidates, dtype));
+    for (size_t i = 0; i < costs.size(); ++i) {
+      model[std::string(NameOf(dtype))][policy->candidates[i]->name()] = costs[i];
+    }
+  }
+  return json::parse(internal::SerializeCostModel(model));
+}
+
 Status WriteReport(const json& report, const std::string& path) {
   std::string text = report.dump(2) + "\n";
   if (path == "-") {
@@ -716,7 +735,9 @@ Status RunBenchCodec(const BenchCodecOptions& options) {
     REFIT_ASSIGN_OR_RAISE(json jw, MeasureWorkload(w, setup, options.reps));
     report["workloads"].push_back(std::move(jw));
   }
-  if (!options.json_path.empty()) return WriteReport(report, options.json_path);
+  if (options.json_path.empty()) return Status::OK();
+  REFIT_ASSIGN_OR_RAISE(report["link_model"], LinkModelReport(setup));
+  return WriteReport(report, options.json_path);
   return Status::OK();
 }
 

@@ -265,7 +265,8 @@ Status RunPlugins(const std::string& config_path) {
   }
   // `auto` lives in the framework (it runs the other encodings), not in a plugin.
   std::printf("%-10s %-16s %-10s %-24s %s\n", "encoding", "auto", "-", "framework",
-              "per record, the smallest (or fastest within a budget) of its candidates");
+              "per record, the smallest, the fastest within a budget, or (mode link) the "
+              "predicted cheapest over the link of its candidates");
   std::vector<ConfigKeySpec> auto_keys;
   const std::string prefix = "encoding.auto.";
   for (ConfigKeySpec k : FrameworkConfigSpecs()) {

@@ -33,6 +33,8 @@ TEST(AutoCli, PluginsListsAutoAndItsKeys) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("auto"), std::string::npos);
   EXPECT_NE(r.out.find("[encoding.auto] candidates"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[encoding.auto] link_bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[encoding.auto] calibration"), std::string::npos) << r.out;
 }
 
 TEST(AutoCli, UnknownCandidateInConfigFailsCleanly) {
@@ -68,6 +70,21 @@ TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
   EXPECT_NE(json.find("\"payload_over_bound\""), std::string::npos);
   EXPECT_NE(json.find("\"encoding\": \"auto\""), std::string::npos);
   EXPECT_NE(json.find("a.safetensors -> b.safetensors"), std::string::npos);
+
+  // Its link_model is a calibration file for auto's mode link.
+  EXPECT_NE(json.find("\"link_model\""), std::string::npos);
+  WriteAll(dir / "c.toml",
+           "[encoding.auto]\nmode = \"link\"\nlink_bandwidth = \"200MB\"\n"
+           "calibration = \"" +
+               (dir / "r.json") + "\"\n");
+  auto diff = RunRefit({"diff", dir / "a.safetensors", dir / "b.safetensors", "-o", dir / "d.refit",
+                        "--config", dir / "c.toml"},
+                       dir.path());
+  ASSERT_EQ(diff.exit_code, 0) << diff.err;
+  auto apply = RunRefit(
+      {"apply", dir / "a.safetensors", dir / "d.refit", "-o", dir / "c.safetensors"}, dir.path());
+  ASSERT_EQ(apply.exit_code, 0) << apply.err;
+  EXPECT_TRUE(SameTensors(dir / "b.safetensors", dir / "c.safetensors"));
 
   auto bad =
       RunRefit({"bench", "codec", "--pair", dir / "a.safetensors", dir / "missing"}, dir.path());

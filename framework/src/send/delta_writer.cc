@@ -80,6 +80,9 @@ Status DeltaWriter::Prepare() {
   REFIT_ASSIGN_OR_RAISE(dense_, encodings_.Get("dense"));
   if (encoding_ == kAutoEncoding) {
     REFIT_ASSIGN_OR_RAISE(auto_, encodings_.Auto());
+    // Measured here, before any worker runs, so the numbers are not taken on a busy core; other
+    // dtypes are measured when their first record comes.
+    if (auto_->mode == AutoMode::kLink) REFIT_RETURN_NOT_OK(auto_->Costs(DType::kBF16).status());
   } else if (encoding_ != "dense") {
     REFIT_ASSIGN_OR_RAISE(single_, encodings_.Get(encoding_));
   }
@@ -217,6 +220,8 @@ void DeltaWriter::Compute(Slot& slot) {
   if (old_bits == nullptr || !encoder) return;
   if (single_ != nullptr) {
     EncodeSingle(slot, n * elem);
+  } else if (auto_->mode == AutoMode::kLink) {
+    EncodeLink(slot, n * elem);
   } else {
     EncodeAuto(slot, n * elem);
   }
@@ -299,6 +304,27 @@ void DeltaWriter::EncodeSingle(Slot& slot, uint64_t dense_bytes) {
   }
 }
 
+void DeltaWriter::EncodeLink(Slot& slot, uint64_t dense_bytes) {
+  // One encode: the pick is predicted from (dtype, elements, changes) alone, so it does not
+  // depend on which thread runs the record.
+  Result<const std::vector<EncodingCost>*> costs = auto_->Costs(static_cast<DType>(slot.in.dtype));
+  if (!costs.ok()) {
+    slot.status = costs.status();
+    return;
+  }
+  const size_t pick =
+      CheapestEncoding(**costs, slot.in.n_elems, slot.in.n_changed, auto_->link_bandwidth);
+  Result<uint64_t> written = EncodeInto(*auto_->candidates[pick], slot.in, slot.best);
+  if (!written.ok()) {
+    slot.status = written.status();
+    return;
+  }
+  if (written.value() < dense_bytes) {
+    slot.chosen = auto_->candidates[pick];
+    slot.encoded_len = written.value();
+  }
+}
+
 void DeltaWriter::EncodeAuto(Slot& slot, uint64_t dense_bytes) {
   // Every candidate runs; the smallest so far stays in `best`.
   const auto& cands = auto_->candidates;
@@ -319,7 +345,7 @@ void DeltaWriter::EncodeAuto(Slot& slot, uint64_t dense_bytes) {
   // `fastest`: the first candidate (cheapest to apply first) within the budget of the smallest,
   // re-encoded into `best` unless it is the smallest itself.
   size_t pick = smallest;
-  if (auto_->fastest && smallest < cands.size()) {
+  if (auto_->mode == AutoMode::kFastest && smallest < cands.size()) {
     const double limit = static_cast<double>(slot.sizes[smallest]) * auto_->budget;
     for (size_t i = 0; i < cands.size(); ++i) {
       if (static_cast<double>(slot.sizes[i]) <= limit) {

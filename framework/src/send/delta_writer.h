@@ -94,10 +94,12 @@ class DeltaWriter {
   uint64_t DiffAndDigest(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes,
                          uint64_t* digest);
   void FillEncodeInput(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes);
-  // Encode into slot.best with the configured encoding / every auto candidate; slot.chosen stays
-  // null (dense) unless the result is smaller than `dense_bytes`.
+  // Encode into slot.best with the configured encoding / every auto candidate / the one auto
+  // candidate mode link predicts cheapest; slot.chosen stays null (dense) unless the result is
+  // smaller than `dense_bytes`.
   void EncodeSingle(Slot& slot, uint64_t dense_bytes);
   void EncodeAuto(Slot& slot, uint64_t dense_bytes);
+  void EncodeLink(Slot& slot, uint64_t dense_bytes);
   Status Commit(Slot& slot);        // append in order (caller's thread), flush when due
   Status CommitRecord(Slot& slot);  // append in order (caller's thread)
   Status DrainSlots();
