@@ -20,13 +20,21 @@ namespace fs = std::filesystem;
 
 class EarlyApplyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start(""); }
+
+  // Sender and receiver over one config (`tail` appended), version 1 published and applied.
+  void Start(const std::string& tail) {
+    sender_.reset();
+    receiver_.reset();
+    fs::remove_all(dir_ / "sender");
+    fs::remove_all(dir_ / "receiver");
+    fs::remove_all(dir_ / "sync");
     const std::string text = "[sender]\nstate_dir = \"" + dir_ / "sender" +
                              "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n"
                              "stream_bytes = \"4KiB\"\n\n[receiver]\nid = \"r0\"\nstate_dir = \"" +
                              dir_ / "receiver" +
                              "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
-                             dir_ / "sync" + "\"\nfsync = false\n";
+                             dir_ / "sync" + "\"\nfsync = false\n" + tail;
     auto config = Config::FromString(text, "early.toml");
     ASSERT_TRUE(config.ok()) << config.status().ToString();
     config_ = std::move(config).value();
@@ -164,6 +172,19 @@ TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
   ASSERT_TRUE(other.ok());
   WriteAll(path, std::string(other->begin(), other->end()));
   ExpectOneReadAgain(path, good, commit);
+}
+
+// With a key, a payload is decoded only once its signed manifest names it: nothing early.
+TEST_F(EarlyApplyTest, SignedVersionsAreNotComputedBeforeTheirManifest) {
+  WriteAll(dir_ / "key", "0123456789abcdef0123456789abcdef");
+  Start("\n[auth]\nkey_file = \"" + dir_ / "key" + "\"\n");
+  const std::string commit = PublishWithoutCommit(2);
+  EXPECT_EQ(Poll(0), 0u);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, 0u);
+  ExpectModelIsWeights();
 }
 
 TEST_F(EarlyApplyTest, OffComputesNothingEarly) {

@@ -407,8 +407,9 @@ struct Receiver::Impl {
   // commit is there only the log and the writes remain. Only for a model file at a committed
   // version; a payload that is not a delta on it (or over the budget) is left to Apply.
   void ComputeEarlyPayloads() {
-    if (early_bytes == 0 || attached || model == nullptr || version == 0 || applying != 0 ||
-        asked_full || model_unknown) {
+    // With a key, payload bytes are decoded only once a signed manifest names them.
+    if (early_bytes == 0 || auth_key || attached || model == nullptr || version == 0 ||
+        applying != 0 || asked_full || model_unknown) {
       return;
     }
     if (early_version != version + 1) {
