@@ -116,6 +116,18 @@ class EarlyApplyTest : public ::testing::Test {
     ExpectModelIsWeights();
   }
 
+  // Version 2 published without its commit, a poll, then the commit: applied bit-exact, with
+  // no payload computed before it.
+  void ExpectNothingEarly() {
+    const std::string commit = PublishWithoutCommit(2);
+    EXPECT_EQ(Poll(0), 0u);
+    WriteAll(Path(CommitKey(2)), commit);
+    ApplyStats stats;
+    ASSERT_EQ(Poll(2, &stats), 2u);
+    EXPECT_EQ(stats.early_payloads, 0u);
+    ExpectModelIsWeights();
+  }
+
   TempDir dir_;
   Config config_;
   std::unique_ptr<Sender> sender_;
@@ -178,13 +190,7 @@ TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
 TEST_F(EarlyApplyTest, SignedVersionsAreNotComputedBeforeTheirManifest) {
   WriteAll(dir_ / "key", "0123456789abcdef0123456789abcdef");
   Start("\n[auth]\nkey_file = \"" + dir_ / "key" + "\"\n");
-  const std::string commit = PublishWithoutCommit(2);
-  EXPECT_EQ(Poll(0), 0u);
-  WriteAll(Path(CommitKey(2)), commit);
-  ApplyStats stats;
-  ASSERT_EQ(Poll(2, &stats), 2u);
-  EXPECT_EQ(stats.early_payloads, 0u);
-  ExpectModelIsWeights();
+  ExpectNothingEarly();
 }
 
 TEST_F(EarlyApplyTest, OffComputesNothingEarly) {
@@ -198,13 +204,7 @@ TEST_F(EarlyApplyTest, OffComputesNothingEarly) {
   auto receiver = Receiver::Make(config.value());
   ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
   receiver_ = std::move(receiver).value();
-  const std::string commit = PublishWithoutCommit(2);
-  EXPECT_EQ(Poll(0), 0u);
-  WriteAll(Path(CommitKey(2)), commit);
-  ApplyStats stats;
-  ASSERT_EQ(Poll(2, &stats), 2u);
-  EXPECT_EQ(stats.early_payloads, 0u);
-  ExpectModelIsWeights();
+  ExpectNothingEarly();
 }
 
 }  // namespace

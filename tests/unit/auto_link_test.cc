@@ -18,11 +18,7 @@
 namespace refit {
 namespace {
 
-std::shared_ptr<Registry> TestRegistry() {
-  auto r = LoadRegistry(nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.value();
-}
+using testing::TestRegistry;
 
 // bf16 only: the injected model below covers bf16, so every pick is the model's.
 testing::TensorPair Bf16Pair() {

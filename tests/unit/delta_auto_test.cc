@@ -13,11 +13,7 @@
 namespace refit {
 namespace {
 
-std::shared_ptr<Registry> TestRegistry() {
-  auto r = LoadRegistry(nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.value();
-}
+using testing::TestRegistry;
 
 testing::TensorPair MixedDensities() {
   testing::TensorPair p;

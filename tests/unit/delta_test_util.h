@@ -1,14 +1,25 @@
 // Test data for in-memory delta tests: pairs of tensor sets with controlled change densities.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "refit/registry.h"
 #include "refit/tensor.h"
 
 namespace refit::testing {
+
+// The plugins of this build (LoadRegistry without a config); a failure fails the calling test.
+inline std::shared_ptr<Registry> TestRegistry() {
+  auto r = LoadRegistry(nullptr);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r.value() : nullptr;
+}
 
 // Owns the bits of a base and a next version of a few tensors.
 struct TensorPair {

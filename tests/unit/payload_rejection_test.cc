@@ -34,11 +34,7 @@ namespace {
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 const std::string kLabel = "v00000003/payload.r0.000002.st";
 
-std::shared_ptr<Registry> TestRegistry() {
-  auto r = LoadRegistry(nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? r.value() : nullptr;
-}
+using testing::TestRegistry;
 
 bool HasEncoding(const Registry& registry, const std::string& name) {
   return registry.Find(REFIT_KIND_ENCODING, name) != nullptr;
