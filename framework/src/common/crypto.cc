@@ -1,30 +1,8 @@
 #include "common/crypto.h"
 
-#include "common/sha256.h"
+#include <algorithm>
 
 namespace refit::internal {
-
-namespace {
-
-std::string Hex(const uint8_t* bytes, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Sha256Hex(const uint8_t* data, uint64_t size) {
-  Sha256 sha;
-  sha.Update(data, size);
-  uint8_t digest[Sha256::kDigestBytes];
-  sha.Final(digest);
-  return Hex(digest, sizeof(digest));
-}
 
 // RFC 2104: H((K ^ opad) || H((K ^ ipad) || text)), a key longer than a block hashed first.
 std::string HmacSha256Hex(const std::string& key, const std::string& text) {
@@ -49,7 +27,7 @@ std::string HmacSha256Hex(const std::string& key, const std::string& text) {
   outer_sha.Update(inner, sizeof(inner));
   uint8_t mac[Sha256::kDigestBytes];
   outer_sha.Final(mac);
-  return Hex(mac, sizeof(mac));
+  return LowerHex(mac, sizeof(mac));
 }
 
 bool ConstantTimeEqual(const std::string& a, const std::string& b) {

@@ -4,10 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/sha256.h"
+
 namespace refit::internal {
 
-// Lowercase hex of SHA-256(data).
-std::string Sha256Hex(const uint8_t* data, uint64_t size);
+// Sha256Hex(const uint8_t*, uint64_t): common/sha256.h.
 inline std::string Sha256Hex(const std::string& text) {
   return Sha256Hex(reinterpret_cast<const uint8_t*>(text.data()), text.size());
 }

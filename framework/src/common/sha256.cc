@@ -144,6 +144,7 @@ void Sha256::Blocks(const uint8_t* data, size_t count) {
 }
 
 void Sha256::Update(const void* data, size_t size) {
+  if (size == 0) return;
   const auto* bytes = static_cast<const uint8_t*>(data);
   total_bytes_ += size;
   if (buffered_ > 0) {
@@ -170,6 +171,24 @@ void Sha256::Final(uint8_t digest[kDigestBytes]) {
   for (int i = 0; i < 8; ++i) {
     for (int j = 0; j < 4; ++j) digest[4 * i + j] = static_cast<uint8_t>(state_[i] >> (24 - 8 * j));
   }
+}
+
+std::string LowerHex(const uint8_t* bytes, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[bytes[i] >> 4];
+    out[2 * i + 1] = kDigits[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string Sha256Hex(const uint8_t* data, uint64_t size) {
+  Sha256 sha;
+  sha.Update(data, size);
+  uint8_t digest[Sha256::kDigestBytes];
+  sha.Final(digest);
+  return LowerHex(digest, sizeof(digest));
 }
 
 }  // namespace refit::internal

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace refit::internal {
 
@@ -29,5 +30,10 @@ class Sha256 {
   uint64_t total_bytes_ = 0;
   bool hardware_ = false;
 };
+
+// Lowercase hex of the bytes.
+std::string LowerHex(const uint8_t* bytes, size_t n);
+// Lowercase hex of SHA-256(data); `data` may be null when `size` is 0.
+std::string Sha256Hex(const uint8_t* data, uint64_t size);
 
 }  // namespace refit::internal

@@ -9,7 +9,6 @@
 #include <random>
 #include <thread>
 
-#include "common/sha256.h"
 #include "refit/sdk/plugin.hpp"
 #include "s3_xml.h"
 
@@ -302,20 +301,6 @@ Result<HttpResponse> HttpClient::Send(const HttpRequest& req) {
                  " in " + std::to_string(wait_ms) + " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
   }
-}
-
-std::string Sha256Hex(const uint8_t* data, uint64_t len) {
-  refit::internal::Sha256 sha;
-  if (len > 0) sha.Update(data, static_cast<size_t>(len));
-  uint8_t digest[refit::internal::Sha256::kDigestBytes];
-  sha.Final(digest);
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (size_t i = 0; i < sizeof(digest); ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 15];
-  }
-  return hex;
 }
 
 std::string UriEncode(const std::string& text, bool keep_slash) {

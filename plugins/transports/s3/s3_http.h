@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "refit/status.h"
 #include "s3_credentials.h"
 
@@ -77,7 +78,7 @@ class HttpClient {
 };
 
 // Lowercase hex SHA-256 of the bytes (the x-amz-content-sha256 of a signed payload).
-std::string Sha256Hex(const uint8_t* data, uint64_t len);
+using internal::Sha256Hex;
 // Percent-encodes everything but the unreserved characters (A-Z a-z 0-9 - . _ ~), as SigV4's
 // canonical query wants; with keep_slash, '/' stays as is.
 std::string UriEncode(const std::string& text, bool keep_slash);
