@@ -352,14 +352,21 @@ void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, ui
 // large payload is several windows, so only the last window's log sync is waited for whole.
 constexpr uint64_t kMaxHeldChangeBytes = 32ull << 20;
 
+// What record i's changes will hold once computed, from the count its header declares (records
+// of another receiver shard hold nothing).
+uint64_t DeclaredChangeBytes(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                             size_t i) {
+  const RecordHeader& r = payload.records()[i];
+  return checked[i].tensor == nullptr ? 0 : r.changed * (8 + SizeOf(r.dtype));
+}
+
 // Records [first, end) whose estimated changes (the changed count each header declares) fit
 // kMaxHeldChangeBytes, at least one.
 size_t WindowEnd(const Payload& payload, const std::vector<CheckedRecord>& checked, size_t first) {
   uint64_t held = 0;
   size_t end = first;
   for (; end < checked.size(); ++end) {
-    const RecordHeader& r = payload.records()[end];
-    const uint64_t bytes = checked[end].tensor == nullptr ? 0 : r.changed * (8 + SizeOf(r.dtype));
+    const uint64_t bytes = DeclaredChangeBytes(payload, checked, end);
     if (end > first && held + bytes > kMaxHeldChangeBytes) break;
     held += bytes;
   }
@@ -608,11 +615,8 @@ Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& enco
     Window w;
     w.first = first;
     w.end = WindowEnd(payload, checked, first);
-    uint64_t declared = 0;  // what the window will hold, from the headers' change counts
-    for (size_t i = first; i < w.end; ++i) {
-      const RecordHeader& r = payload.records()[i];
-      if (checked[i].tensor != nullptr) declared += r.changed * (8 + SizeOf(r.dtype));
-    }
+    uint64_t declared = 0;  // what the window will hold
+    for (size_t i = first; i < w.end; ++i) declared += DeclaredChangeBytes(payload, checked, i);
     if (*held_bytes + declared > max_held_bytes) break;
     REFIT_RETURN_NOT_OK(ComputeWindow(payload, checked, logged_before, order, sink, scratch, w));
     *held_bytes += declared;
