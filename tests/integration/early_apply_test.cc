@@ -31,7 +31,8 @@ class EarlyApplyTest : public ::testing::Test {
     fs::remove_all(dir_ / "sync");
     const std::string text = "[sender]\nstate_dir = \"" + dir_ / "sender" +
                              "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n"
-                             "stream_bytes = \"4KiB\"\n\n[receiver]\nid = \"r0\"\nstate_dir = \"" +
+                             "stream_bytes = \"" +
+                             stream_bytes_ + "\"\n\n[receiver]\nid = \"r0\"\nstate_dir = \"" +
                              dir_ / "receiver" +
                              "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
                              dir_ / "sync" + "\"\nfsync = false\n" + tail;
@@ -128,6 +129,7 @@ class EarlyApplyTest : public ::testing::Test {
     ExpectModelIsWeights();
   }
 
+  std::string stream_bytes_ = "4KiB";
   TempDir dir_;
   Config config_;
   std::unique_ptr<Sender> sender_;
@@ -184,6 +186,26 @@ TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
   ASSERT_TRUE(other.ok());
   WriteAll(path, std::string(other->begin(), other->end()));
   ExpectOneReadAgain(path, good, commit);
+}
+
+// Each payload's last window of log entries lands while the next payload of the version is
+// computed (ApplySink::defer_last_sync): versions of one payload and of several, whose changes
+// hit the same elements version after version, apply bit-exact.
+TEST_F(EarlyApplyTest, VersionsOfOneAndOfSeveralPayloadsApplyBitExact) {
+  for (const char* stream_bytes : {"4KiB", "1GiB"}) {
+    SCOPED_TRACE(stream_bytes);
+    stream_bytes_ = stream_bytes;
+    Start("");
+    for (uint64_t v = 2; v <= 4; ++v) {
+      weights_.Mutate(0.3, 500 + v);
+      Publish();
+      ApplyStats stats;
+      ASSERT_EQ(Poll(v, &stats), v);
+      EXPECT_EQ(stats.payloads, PayloadPaths(v).size());
+      EXPECT_EQ(stats.payloads > 1, std::string(stream_bytes) == "4KiB");
+      ExpectModelIsWeights();
+    }
+  }
 }
 
 // With a key, a payload is decoded only once its signed manifest names it: nothing early.

@@ -50,13 +50,17 @@ struct LoggedApply {
   }
 
   Status Apply(const std::vector<uint8_t>& bytes, WorkerPool* pool = nullptr) {
-    REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), kLabel));
-    std::map<std::string, TensorView*> by_name;
-    for (TensorView& v : views) by_name[v.name] = &v;
-    EncodingCache encodings(*registry, nullptr);
     ApplySink sink;
     sink.journal = log.get();
     sink.pool = pool;
+    return Apply(bytes, sink, kLabel);
+  }
+
+  Status Apply(const std::vector<uint8_t>& bytes, ApplySink& sink, const std::string& label) {
+    REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(bytes.data(), bytes.size(), label));
+    std::map<std::string, TensorView*> by_name;
+    for (TensorView& v : views) by_name[v.name] = &v;
+    EncodingCache encodings(*registry, nullptr);
     std::vector<uint8_t> scratch;
     ApplyStats stats;
     return ApplyPayload(payload, encodings, CanonicalResolver(by_name), uint64_t{1} << 30, scratch,
@@ -124,6 +128,36 @@ TEST(LoggedApply, AListedRecordFailingItsDigestIsRefusedUnwritten) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("digest mismatch after apply"), std::string::npos) << st.ToString();
   EXPECT_TRUE(t.bits == p.base_bits) << "a refused window wrote elements";
+}
+
+// With defer_last_sync a payload's last window is left logged (its sync running) and unwritten;
+// the next payload lands it once its own first window is computed, and FinishLoggedTail lands
+// the last one.
+TEST(LoggedApply, ADeferredLastWindowIsWrittenOnlyWhenItLands) {
+  // The model holds a, b and c; the first payload changes a and b, the second c (the pairs are
+  // deterministic in their seeds).
+  testing::TensorPair only_ab;
+  only_ab.Add("a", DType::kBF16, 40000, 0.015, 1);
+  only_ab.Add("b", DType::kF32, 5000, 0.05, 2);
+  testing::TensorPair only_c;
+  only_c.Add("c", DType::kBF16, 30000, 0.02, 3);
+  testing::TensorPair both = only_ab;
+  both.Add("c", DType::kBF16, 30000, 0.02, 3);
+  testing::ScopedTempDir dir("logged_apply");
+  LoggedApply t(both, dir.path().string());
+  ApplySink sink;
+  sink.journal = t.log.get();
+  sink.defer_last_sync = true;
+  ASSERT_TRUE(t.Apply(EncodeWith(only_ab, "ctx"), sink, "v00000002/payload.r0.000000.st").ok());
+  ASSERT_NE(sink.tail, nullptr) << "the last window was not left";
+  EXPECT_TRUE(t.bits == both.base_bits) << "a deferred window was written before it landed";
+  ASSERT_TRUE(t.Apply(EncodeWith(only_c, "ctx"), sink, "v00000002/payload.r0.000001.st").ok());
+  EXPECT_TRUE(t.bits[0] == both.next_bits[0] && t.bits[1] == both.next_bits[1])
+      << "the next payload did not land the tail";
+  EXPECT_TRUE(t.bits[2] == both.base_bits[2]) << "its own last window was written at once";
+  ASSERT_TRUE(FinishLoggedTail(sink, nullptr).ok());
+  EXPECT_EQ(sink.tail, nullptr);
+  EXPECT_TRUE(t.bits == both.next_bits) << "not bit-exact once every window landed";
 }
 
 }  // namespace

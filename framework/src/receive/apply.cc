@@ -350,7 +350,7 @@ void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, ui
 // The most bytes of changes held (computed, not yet written) per window of records: two
 // windows are held at once (one being logged while the next is computed). Small enough that a
 // large payload is several windows, so only the last window's log sync is waited for whole.
-constexpr uint64_t kMaxHeldChangeBytes = 32ull << 20;
+constexpr uint64_t kMaxHeldChangeBytes = 4ull << 20;
 
 // What record i's changes will hold once computed, from the count its header declares (records
 // of another receiver shard hold nothing).
@@ -373,16 +373,28 @@ size_t WindowEnd(const Payload& payload, const std::vector<CheckedRecord>& check
   return end;
 }
 
+// Where a logged record's changes land and what is reported once they are written: a window
+// outlives its payload when it is left as the tail (the tensors outlive both).
+struct WindowRecord {
+  TensorView* tensor = nullptr;  // null: another receiver shard's record
+  Box box;
+  uint32_t elem = 0;
+  uint64_t changed = 0;
+  uint64_t digest = 0;
+};
+
 // A window of records [first, end) and their verified changes.
 struct Window {
   size_t first = 0;
   size_t end = 0;
   std::vector<RecordChanges> changes;
+  std::vector<WindowRecord> records;  // filled when the window is staged to the log
   double compute_seconds = 0;
 };
 
-std::string LogId(const Payload& payload, size_t index) {
-  return payload.label() + "#" + std::to_string(index);
+// A record's id in the log: its payload's label and its index there.
+std::string LogId(const std::string& label, size_t index) {
+  return label + "#" + std::to_string(index);
 }
 
 // Decodes and verifies a window's records in parallel stripes (into scratch, nothing written).
@@ -430,43 +442,52 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
   return Status::OK();
 }
 
-Status StageWindow(const Payload& payload, const std::vector<CheckedRecord>& checked, RedoLog& log,
-                   const Window& w) {
+// Keeps where a computed window's records land (a window may outlive its payload as the tail).
+void KeepTargets(const Payload& payload, const std::vector<CheckedRecord>& checked, Window& w) {
+  w.records.resize(w.end - w.first);
   for (size_t i = w.first; i < w.end; ++i) {
-    const RecordChanges& c = w.changes[i - w.first];
-    if (checked[i].tensor == nullptr || c.logged_before) continue;
-    REFIT_RETURN_NOT_OK(log.Stage(LogId(payload, i), checked[i].tensor->name, checked[i].box,
-                                  SizeOf(payload.records()[i].dtype), c.positions.data(),
-                                  c.positions.size(), c.values.data()));
+    const RecordHeader& r = payload.records()[i];
+    w.records[i - w.first] = {checked[i].tensor, checked[i].box, SizeOf(r.dtype), r.changed,
+                              r.digest};
   }
-  return Status::OK();
+}
+
+// Stages a window's entries in the log, then writes and syncs them (on the log's own thread,
+// while the caller writes the previous window and computes the next).
+Status LogWindow(const std::string& label, RedoLog& log, const Window& w) {
+  for (size_t i = 0; i < w.records.size(); ++i) {
+    const WindowRecord& r = w.records[i];
+    const RecordChanges& c = w.changes[i];
+    if (r.tensor == nullptr || c.logged_before) continue;
+    REFIT_RETURN_NOT_OK(log.Stage(LogId(label, w.first + i), r.tensor->name, r.box, r.elem,
+                                  c.positions.data(), c.positions.size(), c.values.data()));
+  }
+  return log.Flush();
 }
 
 // Writes a logged (synced) window's changes into the file, then reports its records.
-void WriteWindow(const Payload& payload, const std::vector<CheckedRecord>& checked, ApplySink& sink,
-                 const Window& w, ApplyStats* stats) {
-  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
+void WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
+  const size_t count = w.records.size();
+  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
   Stopwatch write;
   RunStripes(sink.pool, stripes, [&](size_t k) {
-    for (size_t i = w.first + k; i < w.end; i += stripes) {
-      if (checked[i].tensor == nullptr || w.changes[i - w.first].logged_before) continue;
-      WriteChanges(w.changes[i - w.first], *checked[i].tensor, checked[i].box,
-                   SizeOf(payload.records()[i].dtype));
+    for (size_t i = k; i < count; i += stripes) {
+      const WindowRecord& r = w.records[i];
+      if (r.tensor == nullptr || w.changes[i].logged_before) continue;
+      WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
     }
   });
   if (stats != nullptr) stats->write_seconds += write.Seconds();
-  for (size_t i = w.first; i < w.end; ++i) {
-    const CheckedRecord& c = checked[i];
-    if (c.tensor == nullptr) continue;
-    const RecordHeader& r = payload.records()[i];
+  for (size_t i = 0; i < count; ++i) {
+    const WindowRecord& r = w.records[i];
+    if (r.tensor == nullptr) continue;
     if (stats != nullptr) {
-      ++(w.changes[i - w.first].logged_before ? stats->resumed_skipped_records
-                                              : stats->journaled_records);
+      ++(w.changes[i].logged_before ? stats->resumed_skipped_records : stats->journaled_records);
       ++stats->counters.records;
       stats->counters.changed_elements += r.changed;
     }
-    if (sink.coverage != nullptr) sink.coverage->Add(*c.tensor, c.box);
-    if (sink.applied) sink.applied(*c.tensor, c.box, r.digest);
+    if (sink.coverage != nullptr) sink.coverage->Add(*r.tensor, r.box);
+    if (sink.applied) sink.applied(*r.tensor, r.box, r.digest);
   }
 }
 
@@ -490,6 +511,42 @@ struct EarlyWindows {
 };
 
 void EarlyWindowsDeleter::operator()(EarlyWindows* early) const { delete early; }
+
+struct LoggedTail {
+  // Held by pointer: the log's thread reads the window while it is handed on.
+  std::unique_ptr<Window> window;  // logged (sync running), not written
+  std::future<Status> syncing;     // its log write and sync
+  std::string label;               // its payload's, for errors
+  std::unique_ptr<Window> spare;   // buffers for the next payload's windows
+};
+
+void LoggedTailDeleter::operator()(LoggedTail* tail) const {
+  // Never leaves a sync running on a log that may be closed next.
+  if (tail->syncing.valid()) tail->syncing.wait();
+  delete tail;
+}
+
+// Waits for the sync of the window logged last (`label`'s payload): its changes may be written
+// from here, not before.
+Status WaitLogged(std::future<Status>& syncing, const std::string& label, ApplyStats* stats) {
+  Stopwatch wait;
+  Status synced = syncing.get().WithContext(label);
+  if (stats != nullptr) stats->log_sync_seconds += wait.Seconds();
+  REFIT_RETURN_NOT_OK(synced);
+  MaybeKillAt("receiver.journaled");
+  return Status::OK();
+}
+
+Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats) {
+  if (sink.tail == nullptr || !sink.tail->syncing.valid()) {
+    sink.tail.reset();
+    return Status::OK();
+  }
+  LoggedTailPtr tail = std::move(sink.tail);
+  REFIT_RETURN_NOT_OK(WaitLogged(tail->syncing, tail->label, stats));
+  WriteWindow(sink, *tail->window, stats);
+  return Status::OK();
+}
 
 size_t EarlyWindowCount(const EarlyWindows* early) {
   return early == nullptr ? 0 : early->windows.size();
@@ -516,42 +573,60 @@ bool TakeEarlyWindow(EarlyWindows* early, const std::vector<bool>& logged_before
 // windows of records: window i is decoded and verified in scratch (in parallel) while window
 // i-1's changes are written and synced to the log on another thread; once that sync returned,
 // window i's entries go to the log (another thread) while window i-1's changed elements (only
-// those) are written into the file. No element is written before its entry is synced.
+// those) are written into the file. No element is written before its entry is synced. With
+// sink.defer_last_sync the last window is left in sink.tail, and a tail left by the previous
+// payload is window "-1" here.
 Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
                    ApplySink& sink, std::vector<uint8_t>& scratch, ApplyStats* stats) {
   RedoLog& log = *sink.journal;
-  // Known before any sync runs: the log's ids are not read while it writes.
-  std::vector<bool> logged_before(checked.size());
-  for (size_t i = 0; i < checked.size(); ++i) logged_before[i] = log.Has(LogId(payload, i));
-  const std::vector<size_t> order = RecordOrder(payload, sink.pool == nullptr ? 1 : sink.threads);
-  Window prev, cur;
-  size_t window_index = 0;
+  // Windows are moved by pointer only: the log's thread reads *prev while this one goes on.
+  auto prev = std::make_unique<Window>();
+  auto cur = std::make_unique<Window>();
   std::future<Status> syncing;  // prev's log write and sync
+  std::string prev_label = payload.label();
+  if (sink.tail != nullptr) {
+    LoggedTailPtr tail = std::move(sink.tail);
+    prev = std::move(tail->window);
+    cur = std::move(tail->spare);
+    syncing = std::move(tail->syncing);
+    prev_label = std::move(tail->label);
+  }
+  // Known before this payload's syncs run: the log's ids are not read while it writes (a tail's
+  // ids are another payload's).
+  std::vector<bool> logged_before(checked.size());
+  for (size_t i = 0; i < checked.size(); ++i) logged_before[i] = log.Has(LogId(payload.label(), i));
+  const std::vector<size_t> order = RecordOrder(payload, sink.pool == nullptr ? 1 : sink.threads);
+  size_t window_index = 0;
   for (size_t first = 0;;) {
     const bool last = first == checked.size();  // nothing left: only prev to land
+    if (last && sink.defer_last_sync && syncing.valid()) {
+      sink.tail.reset(new LoggedTail{std::move(prev), std::move(syncing), std::move(prev_label),
+                                     std::move(cur)});
+      return Status::OK();
+    }
     Status computed;
     if (!last) {
-      cur.first = first;
-      cur.end = WindowEnd(payload, checked, first);
-      if (!TakeEarlyWindow(sink.early, logged_before, window_index++, cur)) {
-        computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, cur);
-        AddComputeStats(cur, stats);
+      cur->first = first;
+      cur->end = WindowEnd(payload, checked, first);
+      if (!TakeEarlyWindow(sink.early, logged_before, window_index++, *cur)) {
+        computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, *cur);
+        AddComputeStats(*cur, stats);
       }
     }
-    Stopwatch wait;
     const bool prev_logged = syncing.valid();
-    if (prev_logged) REFIT_RETURN_NOT_OK(syncing.get().WithContext(payload.label()));
-    if (prev_logged) MaybeKillAt("receiver.journaled");
+    if (prev_logged) REFIT_RETURN_NOT_OK(WaitLogged(syncing, prev_label, stats));
     if (!last && computed.ok()) {
-      REFIT_RETURN_NOT_OK(StageWindow(payload, checked, log, cur));
-      syncing = std::async(std::launch::async, [&log] { return log.Flush(); });
+      KeepTargets(payload, checked, *cur);
+      syncing = std::async(std::launch::async, [&log, w = cur.get(), label = payload.label()] {
+        return LogWindow(label, log, *w);
+      });
     }
-    if (stats != nullptr) stats->log_sync_seconds += wait.Seconds();
     // What is logged is also written, even when the next window failed.
-    if (prev_logged) WriteWindow(payload, checked, sink, prev, stats);
+    if (prev_logged) WriteWindow(sink, *prev, stats);
     REFIT_RETURN_NOT_OK(computed);
     if (last) return Status::OK();
-    first = cur.end;
+    prev_label = payload.label();
+    first = cur->end;
     std::swap(prev, cur);
   }
 }

@@ -55,6 +55,15 @@ struct EarlyWindowsDeleter {
 };
 using EarlyWindowsPtr = std::unique_ptr<EarlyWindows, EarlyWindowsDeleter>;
 
+// A logged apply's last window, its log sync still running and its changes not yet written: the
+// receiver lets it land while the next payload of the same version is computed (one log sync
+// waited for per version, not one per payload). Opaque outside apply.cc.
+struct LoggedTail;
+struct LoggedTailDeleter {
+  void operator()(LoggedTail* tail) const;
+};
+using LoggedTailPtr = std::unique_ptr<LoggedTail, LoggedTailDeleter>;
+
 // What the caller hooks into an apply.
 struct ApplySink {
   // Called once, after every record of the payload is validated and before the first byte of a
@@ -82,7 +91,18 @@ struct ApplySink {
   // With a journal: this payload's windows computed before the commit was read (ComputeEarly,
   // against the same targets' bits, which nothing wrote since); taken, not copied.
   EarlyWindows* early = nullptr;
+  // With a journal: leave the payload's last window in `tail` (syncing, unwritten) instead of
+  // waiting for it; the next ApplyPayload lands it after computing its own first window. The
+  // caller must call FinishLoggedTail before anything reads the targets' bits but the next
+  // payload of the same version (whose records are disjoint from this one's), and on every
+  // exit.
+  bool defer_last_sync = false;
+  LoggedTailPtr tail;
 };
+
+// Waits for sink.tail's log sync and writes its changes (nothing to do without a tail). The tail
+// is gone afterwards, landed or failed.
+Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats);
 
 // Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies
 // and digest-verifies each: a payload refused for its structure changes nothing.

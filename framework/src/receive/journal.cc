@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <thread>
 
 #include "common/file_util.h"
@@ -249,15 +251,17 @@ Result<std::unique_ptr<RedoLog>> RedoLog::Open(const std::string& path, bool dur
   }
   if (log->empty()) {
     if (log->other_boot_) REFIT_RETURN_NOT_OK(log->WriteHeader(log->checkpoint_version_));
-    return log;
+  } else {
+    const uint64_t from =
+        clean_bytes >= kHeaderBytes && clean_bytes <= log->size_ ? clean_bytes : kHeaderBytes;
+    REFIT_RETURN_NOT_OK(log->Index(from));
   }
-  const uint64_t from =
-      clean_bytes >= kHeaderBytes && clean_bytes <= log->size_ ? clean_bytes : kHeaderBytes;
-  REFIT_RETURN_NOT_OK(log->Index(from));
+  REFIT_RETURN_NOT_OK(log->LoadTail());
   return log;
 }
 
 RedoLog::~RedoLog() {
+  if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -270,9 +274,12 @@ Status RedoLog::WriteHeader(uint64_t version) {
   checkpoint_version_ = version;
   other_boot_ = false;
   size_ = kHeaderBytes;
-  ids_.clear();
-  interrupted_ = 0;
-  return Status::OK();
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    ids_.clear();
+    interrupted_ = 0;
+  }
+  return LoadTail();
 }
 
 Status RedoLog::Index(uint64_t from) {
@@ -284,6 +291,7 @@ Status RedoLog::Index(uint64_t from) {
           return Status::Corrupt(path_ + ": log entry at byte " + std::to_string(at) +
                                  " is malformed (its checksum matched)");
         }
+        std::lock_guard<std::mutex> lock(ids_mu_);
         ids_.insert(e.id);
         ++interrupted_;
         return Status::OK();
@@ -324,48 +332,49 @@ Status RedoLog::Stage(const std::string& record_id, const std::string& tensor, c
     return Status::Invalid("redo log: entry of " + std::to_string(body_bytes) +
                            " bytes (lower sender.chunk_bytes)");
   }
-  std::string body;
-  body.reserve(body_bytes);
-  PutInt(body, static_cast<uint16_t>(record_id.size()));
-  body += record_id;
-  PutInt(body, static_cast<uint16_t>(tensor.size()));
-  body += tensor;
-  PutInt(body, static_cast<uint32_t>(box.offset.size()));
+  // Written in place behind its prefix (length, digest), which is filled last.
+  uint8_t* const entry = Grow(kEntryPrefixBytes + body_bytes);
+  uint8_t* const body = entry + kEntryPrefixBytes;
+  uint8_t* at = body;
+  const auto put = [&at](const void* p, size_t n) {
+    std::memcpy(at, p, n);
+    at += n;
+  };
+  const auto put_int = [&put](auto v) { put(&v, sizeof(v)); };
+  put_int(static_cast<uint16_t>(record_id.size()));
+  put(record_id.data(), record_id.size());
+  put_int(static_cast<uint16_t>(tensor.size()));
+  put(tensor.data(), tensor.size());
+  put_int(static_cast<uint32_t>(box.offset.size()));
   for (size_t d = 0; d < box.offset.size(); ++d) {
-    PutInt(body, box.offset[d]);
-    PutInt(body, box.extent[d]);
+    put_int(box.offset[d]);
+    put_int(box.extent[d]);
   }
-  PutInt(body, elem_size);
-  PutInt(body, coding);
-  PutInt(body, count);
+  put_int(elem_size);
+  put_int(coding);
+  put_int(count);
   if (coding > kGapCoded) {
-    PutInt(body, positions_bytes - 8);
-    const size_t at = body.size();
-    body.resize(at + positions_bytes - 8);
-    kernels::EncodeGaps(positions, count, coding - kGapCoded,
-                        reinterpret_cast<uint8_t*>(body.data() + at));
+    put_int(positions_bytes - 8);
+    kernels::EncodeGaps(positions, count, coding - kGapCoded, at);
+    at += positions_bytes - 8;
   } else if (width == 8) {
-    Put(body, positions, count * 8);
+    put(positions, count * 8);
   } else {
-    const size_t at = body.size();
-    body.resize(at + count * 4);
-    for (uint64_t i = 0; i < count; ++i) {
-      const uint32_t p = static_cast<uint32_t>(positions[i]);
-      std::memcpy(body.data() + at + 4 * i, &p, 4);
-    }
+    for (uint64_t i = 0; i < count; ++i) put_int(static_cast<uint32_t>(positions[i]));
   }
-  Put(body, values, count * elem_size);
-  PutInt(staged_, static_cast<uint32_t>(body.size()));
-  PutInt(staged_, kernels::Digest64(body.data(), body.size()));
-  staged_ += body;
+  put(values, count * elem_size);
+  const uint32_t len = static_cast<uint32_t>(body_bytes);
+  const uint64_t digest = kernels::Digest64(body, body_bytes);
+  std::memcpy(entry, &len, 4);
+  std::memcpy(entry + 4, &digest, 8);
   staged_ids_.push_back(record_id);
   return Status::OK();
 }
 
 Status RedoLog::Flush(bool sync) {
-  if (!staged_.empty()) {
-    REFIT_RETURN_NOT_OK(WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(staged_.data()),
-                                   staged_.size(), size_, path_));
+  const uint64_t staged = staged_bytes();
+  if (staged > 0) {
+    REFIT_RETURN_NOT_OK(WriteStaged());
   } else if (!unsynced_ || !sync) {
     return Status::OK();
   }
@@ -375,11 +384,89 @@ Status RedoLog::Flush(bool sync) {
   } else {
     unsynced_ = durable_;
   }
-  size_ += staged_.size();
-  staged_.clear();
+  size_ += staged;
+  KeepTail();
+  std::lock_guard<std::mutex> lock(ids_mu_);
   for (std::string& id : staged_ids_) ids_.insert(std::move(id));
   staged_ids_.clear();
   return Status::OK();
+}
+
+namespace {
+// O_DIRECT writes start and end on this boundary (the common logical block sizes divide it).
+constexpr uint64_t kDirectBlock = 4096;
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+void RedoLog::FreeBuffer::operator()(uint8_t* p) const { std::free(p); }
+
+uint8_t* RedoLog::Grow(uint64_t n) {
+  const uint64_t need = RoundUp(buffer_size_ + n, kDirectBlock);  // room for the padding too
+  if (need > buffer_capacity_) {
+    const uint64_t capacity = std::max({need, 2 * buffer_capacity_, uint64_t{1} << 20});
+    auto* grown = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlock, capacity));
+    if (grown == nullptr) throw std::bad_alloc();
+    if (buffer_size_ > 0) std::memcpy(grown, buffer_.get(), buffer_size_);
+    buffer_.reset(grown);
+    buffer_capacity_ = capacity;
+  }
+  uint8_t* at = buffer_.get() + buffer_size_;
+  buffer_size_ += n;
+  return at;
+}
+
+// After size_ moved: the bytes from the last block boundary to size_ stay at the buffer's front.
+void RedoLog::KeepTail() {
+  const uint64_t tail = size_ % kDirectBlock;
+  if (tail > 0) std::memmove(buffer_.get(), buffer_.get() + buffer_size_ - tail, tail);
+  buffer_size_ = tail_bytes_ = tail;
+}
+
+// Reads the tail from the file (after the header or the size changed by other means); the
+// staged entries, if any, stay behind it.
+Status RedoLog::LoadTail() {
+  const uint64_t staged = staged_bytes();
+  const uint64_t tail = size_ % kDirectBlock;
+  Grow(tail + staged);  // capacity only
+  if (staged > 0 && tail != tail_bytes_) {
+    std::memmove(buffer_.get() + tail, buffer_.get() + tail_bytes_, staged);
+  }
+  buffer_size_ = tail + staged;
+  tail_bytes_ = tail;
+  return tail == 0 ? Status::OK() : ReadExactly(fd_, size_ - tail, buffer_.get(), tail, path_);
+}
+
+void RedoLog::UseDirectWrites() {
+  if (!durable_ || direct_fd_ >= 0) return;
+  direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+}
+
+// Writes buffer_ (tail and staged entries, zero-padded to a block) at the tail's boundary; false
+// when the filesystem refuses the O_DIRECT write itself (EINVAL: alignment), before any byte.
+// The padding lies past size_ and is no entry: a later Flush overwrites it, a reopen cuts it.
+Result<bool> RedoLog::WriteDirect() {
+  const uint64_t padded = RoundUp(buffer_size_, kDirectBlock);
+  std::memset(buffer_.get() + buffer_size_, 0, padded - buffer_size_);
+  const uint64_t offset = size_ - tail_bytes_;
+  for (uint64_t done = 0; done < padded;) {
+    const ssize_t n = ::pwrite(direct_fd_, buffer_.get() + done, padded - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && done == 0) return false;
+    if (n <= 0) return Status::IoError(path_ + ": write: " + std::strerror(n < 0 ? errno : EIO));
+    done += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+Status RedoLog::WriteStaged() {
+  if (direct_fd_ >= 0) {
+    REFIT_ASSIGN_OR_RAISE(bool written, WriteDirect());
+    if (written) return Status::OK();
+    ::close(direct_fd_);  // buffered from now on
+    direct_fd_ = -1;
+  }
+  return WriteAllAt(fd_, buffer_.get() + tail_bytes_, staged_bytes(), size_, path_);
 }
 
 Status RedoLog::TruncateTo(uint64_t size) {
@@ -388,9 +475,12 @@ Status RedoLog::TruncateTo(uint64_t size) {
     return Status::IoError(path_ + ": " + std::strerror(errno));
   }
   size_ = size;
-  ids_.clear();  // only the dropped attempt's ids are ever asked about
-  interrupted_ = 0;
-  return Status::OK();
+  {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    ids_.clear();  // only the dropped attempt's ids are ever asked about
+    interrupted_ = 0;
+  }
+  return LoadTail();
 }
 
 Status RedoLog::Sync() {
@@ -517,7 +607,7 @@ Status RedoLog::MarkCurrentBoot() {
       WriteAllAt(fd_, reinterpret_cast<const uint8_t*>(header.data()), header.size(), 0, path_));
   REFIT_RETURN_NOT_OK(Sync());
   other_boot_ = false;
-  return Status::OK();
+  return LoadTail();  // the header may lie in the tail's block
 }
 
 Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,14 +48,21 @@ class RedoLog {
   bool empty() const { return size_ <= HeaderBytes(); }
   // Entries of an interrupted attempt (past clean_bytes) found at Open.
   size_t interrupted_entries() const { return interrupted_; }
-  bool Has(const std::string& record_id) const { return ids_.count(record_id) != 0; }
+  // Safe while a Flush runs on another thread (the receiver asks about the next payload's ids
+  // while the previous payload's last window is being synced).
+  bool Has(const std::string& record_id) const {
+    std::lock_guard<std::mutex> lock(ids_mu_);
+    return ids_.count(record_id) != 0;
+  }
   bool HasIdWithPrefix(const std::string& prefix) const {
+    std::lock_guard<std::mutex> lock(ids_mu_);
     auto it = ids_.lower_bound(prefix);
     return it != ids_.end() && it->compare(0, prefix.size(), prefix) == 0;
   }
   // The owner committed what the log holds (and recorded bytes() as its clean size): the ids
   // written so far no longer name an interrupted attempt.
   void MarkCommitted() {
+    std::lock_guard<std::mutex> lock(ids_mu_);
     ids_.clear();
     interrupted_ = 0;
   }
@@ -64,7 +72,12 @@ class RedoLog {
   Status Stage(const std::string& record_id, const std::string& tensor, const Box& box,
                uint32_t elem_size, const uint64_t* positions, uint64_t count,
                const uint8_t* values);
-  uint64_t staged_bytes() const { return staged_.size(); }
+  uint64_t staged_bytes() const { return buffer_size_ - tail_bytes_; }
+  // Durable logs only: entries are written with O_DIRECT (from this process's buffer straight
+  // to the device, no page-cache copy of the log) where the filesystem allows it. For logs that
+  // are not read back in the normal course (the receiver's: only a recovery replays it); the
+  // sender replays its own entries at the next advance and keeps them cached.
+  void UseDirectWrites();
   // Writes the staged entries and syncs them (when durable): from here they survive a crash.
   // `sync` false: written (they survive the process, not a power cut) but not synced; a later
   // Flush syncs them with its own.
@@ -103,8 +116,24 @@ class RedoLog {
   uint64_t checkpoint_version_ = 0;
   uint64_t size_ = 0;
   size_t interrupted_ = 0;
+  Status WriteStaged();
+  Result<bool> WriteDirect();
+  Status LoadTail();
+  void KeepTail();
+  uint8_t* Grow(uint64_t n);
+
+  mutable std::mutex ids_mu_;  // guards ids_
   std::set<std::string> ids_;
-  std::string staged_;
+  // buffer_: a copy of the file's bytes from the block boundary at or below size_ (tail_bytes_
+  // of them), then the staged entries; an O_DIRECT write starts on that boundary.
+  struct FreeBuffer {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeBuffer> buffer_;
+  uint64_t buffer_capacity_ = 0;
+  uint64_t buffer_size_ = 0;
+  uint64_t tail_bytes_ = 0;
+  int direct_fd_ = -1;     // the O_DIRECT writer, or -1
   bool unsynced_ = false;  // entries written by Flush(false) and not synced since
   std::vector<std::string> staged_ids_;
 };

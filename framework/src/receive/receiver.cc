@@ -268,6 +268,7 @@ struct Receiver::Impl {
     redo.reset();
     REFIT_ASSIGN_OR_RAISE(redo,
                           internal::OpenRedoLog(LogPath(), durable, log_bytes, ModelTensors()));
+    redo->UseDirectWrites();  // read back only by a recovery
     return Status::OK();
   }
 
@@ -477,10 +478,23 @@ struct Receiver::Impl {
     return false;
   }
 
+  // With a redo log, each payload's last window lands while the next payload of its version is
+  // computed (ApplySink::defer_last_sync); every window has landed when this returns.
   Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats,
                        internal::ApplySink* sink) {
+    // The tail's records point into `tensors`: it lands before they go.
     std::vector<TensorView> tensors = ModelTensors();
     REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
+    sink->defer_last_sync = true;
+    Status applied = ApplyPayloadsInOrder(manifests, resolve, stats, sink);
+    sink->defer_last_sync = false;
+    Status landed = internal::FinishLoggedTail(*sink, stats);
+    return applied.ok() ? landed : applied;
+  }
+
+  Status ApplyPayloadsInOrder(const std::vector<Manifest>& manifests,
+                              const internal::TensorResolver& resolve, ApplyStats* stats,
+                              internal::ApplySink* sink) {
     sink->pool = pool.get();
     sink->threads = threads;
     std::vector<std::pair<uint64_t, const PayloadRef*>> order;
@@ -511,6 +525,10 @@ struct Receiver::Impl {
       if (i + 1 < order.size() && order[i + 1].second->bytes <= apply_bytes &&
           !next_fetch.pending && early.count(order[i + 1].second->key) == 0) {
         next_fetch.Start(*prefetcher, *transport, *order[i + 1].second, next_buffer);
+      }
+      // Another version's records may change the tail's elements: it lands first.
+      if (i > 0 && order[i - 1].first != v) {
+        REFIT_RETURN_NOT_OK(internal::FinishLoggedTail(*sink, stats));
       }
       if (computed != nullptr) ++stats->early_payloads;
       sink->early = computed.get();
