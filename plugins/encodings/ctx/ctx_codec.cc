@@ -1351,6 +1351,8 @@ struct TableStreams {
 // A decoded change of the table form: the run to its class's next change and its step in the
 // ordered representation (two's complement in the dtype's width; 0: an impossible step).
 struct DecodedChange {
+  // Not zeroed: the scratch grows by resize, and every entry is decoded before it is read.
+  DecodedChange() {}  // NOLINT(modernize-use-equals-default): = default would zero on resize
   uint64_t run;
   uint64_t step;
 };
