@@ -9,6 +9,11 @@ process's wall clock (process start and plugin loading included). For every delt
 and prints send / (1.5 x bench diff+encode + 30 ms) and recv / (1.5 x bench apply + 30 ms): the
 targets of docs/benchmarks.md ("Per-version cost") are ratios <= 1.
 
+Before each timed process it waits for the machine's dirty pages to be written back (sync(2)):
+sender and receiver share this machine, and the kernel's writeback of what the other process (or
+the previous version) left dirty would otherwise run on the same cores, which it does not on
+separate machines with an RL step between versions. --no-settle times them back to back.
+
   scripts/bench_per_version.py --refit build/bin/refit --checkpoints DIR [--work DIR] [--json FILE]
 """
 import argparse
@@ -22,7 +27,9 @@ import tempfile
 import time
 
 
-def run(cmd):
+def run(cmd, settle=False):
+    if settle:
+        os.sync()
     start = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -63,6 +70,8 @@ def main():
     ap.add_argument("--encoding", default="auto")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", help="write the rows as JSON to this file")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="do not wait for dirty pages to be written back before each process")
     a = ap.parse_args()
     ckpts = sorted(glob.glob(os.path.join(a.checkpoints, "ckpt_*.safetensors")))
     if len(ckpts) < 2:
@@ -79,9 +88,10 @@ def main():
     print(f"{'version':>7} {'kind':>5} {'send s':>8} {'codec enc s':>11} {'send/target':>11} "
           f"{'recv s':>8} {'codec apply s':>13} {'recv/target':>11}")
     for i, ckpt in enumerate(ckpts):
-        out, send_s = run([a.refit, "send", "--config", config, "--weights", ckpt, "--json"])
+        settle = not a.no_settle
+        out, send_s = run([a.refit, "send", "--config", config, "--weights", ckpt, "--json"], settle)
         sent = json.loads(out)
-        out, recv_s = run([a.refit, "recv", "--config", config, "--json"])
+        out, recv_s = run([a.refit, "recv", "--config", config, "--json"], settle)
         applied = json.loads(out.splitlines()[-1])
         row = {"version": sent["version"], "full": sent["full"], "send_seconds": send_s,
                "recv_seconds": recv_s, "send": sent, "recv": applied}
