@@ -350,7 +350,7 @@ void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, ui
 // The most bytes of changes held (computed, not yet written) per window of records: two
 // windows are held at once (one being logged while the next is computed). Small enough that a
 // large payload is several windows, so only the last window's log sync is waited for whole.
-constexpr uint64_t kMaxHeldChangeBytes = 4ull << 20;
+constexpr uint64_t kMaxHeldChangeBytes = 32ull << 20;
 
 // What record i's changes will hold once computed, from the count its header declares (records
 // of another receiver shard hold nothing).
