@@ -14,13 +14,15 @@ sender and receiver share this machine, and the kernel's writeback of what the o
 the previous version) left dirty would otherwise run on the same cores, which it does not on
 separate machines with an RL step between versions. --no-settle times them back to back.
 
-  scripts/bench_per_version.py --refit build/bin/refit --checkpoints DIR [--work DIR] [--json FILE]
+  scripts/bench_per_version.py --refit build/bin/refit --checkpoints DIR [--rounds N] [--work DIR]
+      [--json FILE]
 """
 import argparse
 import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,13 +72,37 @@ def main():
     ap.add_argument("--encoding", default="auto")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", help="write the rows as JSON to this file")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole trajectory this many times (fresh state each) and print "
+                         "the median ratio per version")
     ap.add_argument("--no-settle", action="store_true",
                     help="do not wait for dirty pages to be written back before each process")
     a = ap.parse_args()
     ckpts = sorted(glob.glob(os.path.join(a.checkpoints, "ckpt_*.safetensors")))
     if len(ckpts) < 2:
         sys.exit(f"bench_per_version: fewer than 2 ckpt_*.safetensors in {a.checkpoints}")
+    # A trainer's checkpoint was just written: it is in the page cache, not on disk.
+    for ckpt in ckpts:
+        with open(ckpt, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    rows = []
+    for round_index in range(a.rounds):
+        if a.rounds > 1:
+            print(f"round {round_index + 1} of {a.rounds}")
+        rows += one_round(a, ckpts, round_index)
+    if a.rounds > 1:
+        summarize(rows)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def one_round(a, ckpts, round_index):
+    """Publishes and applies every checkpoint in a new work directory; the rows of this round."""
     work = a.work or tempfile.mkdtemp(prefix="refit-per-version-")
+    if a.work:
+        shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work, exist_ok=True)
     config = os.path.join(work, "refit.toml")
     with open(config, "w") as f:
@@ -93,8 +119,8 @@ def main():
         sent = json.loads(out)
         out, recv_s = run([a.refit, "recv", "--config", config, "--json"], settle)
         applied = json.loads(out.splitlines()[-1])
-        row = {"version": sent["version"], "full": sent["full"], "send_seconds": send_s,
-               "recv_seconds": recv_s, "send": sent, "recv": applied}
+        row = {"round": round_index, "version": sent["version"], "full": sent["full"],
+               "send_seconds": send_s, "recv_seconds": recv_s, "send": sent, "recv": applied}
         if i > 0:
             report_path = os.path.join(work, f"codec_{i:02d}.json")
             run([a.refit, "bench", "codec", "--pair", ckpts[i - 1], ckpt, "--encoding", a.encoding,
@@ -112,12 +138,22 @@ def main():
                   f"{recv_s:8.3f} {'-':>13} {'-':>11}")
         sys.stdout.flush()
         rows.append(row)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
     if not a.work:
         shutil.rmtree(work)
+    return rows
 
+
+def summarize(rows):
+    """Per delta version: the median over rounds of each ratio, and its range."""
+    print("median over rounds (min - max):")
+    print(f"{'version':>7} {'send/target':>22} {'recv/target':>22}")
+    for version in sorted({r["version"] for r in rows if not r["full"]}):
+        of = [r for r in rows if r["version"] == version and not r["full"]]
+        cells = []
+        for key in ("send_over_target", "recv_over_target"):
+            v = sorted(r[key] for r in of)
+            cells.append(f"{statistics.median(v):.2f} ({v[0]:.2f} - {v[-1]:.2f})")
+        print(f"{version:>7} {cells[0]:>22} {cells[1]:>22}")
 
 if __name__ == "__main__":
     main()
