@@ -12,6 +12,7 @@
 
 #include "format/safetensors.h"
 #include "refit/export.h"
+#include "refit/kernels/buffer.h"
 #include "refit/plugin_abi.h"
 #include "refit/sender.h"
 #include "refit/status.h"
@@ -64,7 +65,7 @@ class PayloadBuilder {
   Metadata metadata_;
   std::vector<RecordHeader> headers_;
   std::vector<uint64_t> offsets_;
-  std::vector<uint8_t> data_;
+  kernels::UninitVector<uint8_t> data_;  // every byte is written by Add or an in-place encode
 };
 
 // A parsed, validated payload over a buffer the caller keeps alive.
