@@ -4,15 +4,13 @@
 // transport checksum (bytes, xxh3) recomputed, so what a forgery trips over is the chain, the
 // signatures or the receiver's structural checks, never a plain checksum.
 //
-// SHA-256 and HMAC-SHA256 are implemented here independently of the code under test (FIPS 180-4,
-// RFC 2104), so the tests check refit's digests and MACs instead of reusing them.
+// SHA-256 and HMAC-SHA256 come from OpenSSL (reference_crypto.h), independent of the code under
+// test, so the tests check refit's digests and MACs instead of reusing them.
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -21,94 +19,17 @@
 
 #include "cli_harness.h"
 #include "format/wire.h"
+#include "reference_crypto.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::testing {
 
-namespace forge_detail {
-
-inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-constexpr std::array<uint32_t, 64> kSha256K = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline void Sha256Block(const uint8_t* p, std::array<uint32_t, 8>& h) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = uint32_t{p[4 * i]} << 24 | uint32_t{p[4 * i + 1]} << 16 | uint32_t{p[4 * i + 2]} << 8 |
-           uint32_t{p[4 * i + 3]};
-  }
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  std::array<uint32_t, 8> v = h;
-  for (int i = 0; i < 64; ++i) {
-    uint32_t s1 = Rotr(v[4], 6) ^ Rotr(v[4], 11) ^ Rotr(v[4], 25);
-    uint32_t ch = (v[4] & v[5]) ^ (~v[4] & v[6]);
-    uint32_t t1 = v[7] + s1 + ch + kSha256K[i] + w[i];
-    uint32_t s0 = Rotr(v[0], 2) ^ Rotr(v[0], 13) ^ Rotr(v[0], 22);
-    uint32_t maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
-    uint32_t t2 = s0 + maj;
-    v = {t1 + t2, v[0], v[1], v[2], v[3] + t1, v[4], v[5], v[6]};
-  }
-  for (int i = 0; i < 8; ++i) h[i] += v[i];
-}
-
-inline std::string Sha256Raw(const std::string& data) {
-  std::array<uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  std::string msg = data;
-  const uint64_t bits = uint64_t{data.size()} * 8;
-  msg.push_back(static_cast<char>(0x80));
-  while (msg.size() % 64 != 56) msg.push_back('\0');
-  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
-  for (size_t off = 0; off < msg.size(); off += 64) {
-    Sha256Block(reinterpret_cast<const uint8_t*>(msg.data()) + off, h);
-  }
-  std::string out;
-  for (uint32_t x : h) {
-    for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>((x >> (8 * i)) & 0xff));
-  }
-  return out;
-}
-
-inline std::string Hex(const std::string& raw) {
-  std::string out;
-  char buf[3];
-  for (unsigned char c : raw) {
-    std::snprintf(buf, sizeof(buf), "%02x", c);
-    out += buf;
-  }
-  return out;
-}
-
-}  // namespace forge_detail
-
 // Lowercase hex SHA-256 of `data`.
-inline std::string Sha256Hex(const std::string& data) {
-  return forge_detail::Hex(forge_detail::Sha256Raw(data));
-}
+inline std::string Sha256Hex(const std::string& data) { return ReferenceSha256Hex(data); }
 
 // Lowercase hex HMAC-SHA256(key, text).
 inline std::string HmacSha256Hex(const std::string& key, const std::string& text) {
-  std::string k = key.size() > 64 ? forge_detail::Sha256Raw(key) : key;
-  k.resize(64, '\0');
-  std::string inner(64, '\0');
-  std::string outer(64, '\0');
-  for (size_t i = 0; i < 64; ++i) {
-    inner[i] = static_cast<char>(k[i] ^ 0x36);
-    outer[i] = static_cast<char>(k[i] ^ 0x5c);
-  }
-  return forge_detail::Hex(forge_detail::Sha256Raw(outer + forge_detail::Sha256Raw(inner + text)));
+  return ReferenceHmacSha256Hex(key, text);
 }
 
 inline uint64_t Xxh3(const std::string& bytes) {

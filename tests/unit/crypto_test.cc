@@ -1,44 +1,22 @@
 // The core's SHA-256 and HMAC-SHA256 against the published test vectors and, on random inputs of
-// every length around the block size, against OpenSSL's (linked by this test only).
+// every length around the block size, against OpenSSL's (tests/common/reference_crypto.h).
 #include "common/crypto.h"
 
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/sha256.h"
+#include "reference_crypto.h"
 
 namespace refit::internal {
 namespace {
 
-std::string HexOf(const unsigned char* bytes, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
-std::string OpensslSha256(const std::string& data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
-  return HexOf(digest, len);
-}
-
-std::string OpensslHmac(const std::string& key, const std::string& text) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(text.data()), text.size(), mac, &len);
-  return HexOf(mac, len);
-}
+using refit::testing::ReferenceHex;
+using refit::testing::ReferenceHmacSha256Hex;
+using refit::testing::ReferenceSha256Hex;
 
 // Digest through Sha256 in pieces of `piece` bytes (0: one Update).
 std::string Digest(const std::string& data, bool hardware, size_t piece) {
@@ -49,7 +27,7 @@ std::string Digest(const std::string& data, bool hardware, size_t piece) {
   }
   uint8_t digest[Sha256::kDigestBytes];
   sha.Final(digest);
-  return HexOf(digest, sizeof(digest));
+  return ReferenceHex(digest, sizeof(digest));
 }
 
 std::string RandomBytes(std::mt19937_64& rng, size_t n) {
@@ -75,7 +53,7 @@ TEST(Crypto, Sha256MatchesOpensslAtEveryLengthAndSplit) {
   std::mt19937_64 rng(7);
   for (size_t n = 0; n <= 300; ++n) {
     const std::string data = RandomBytes(rng, n);
-    const std::string expected = OpensslSha256(data);
+    const std::string expected = ReferenceSha256Hex(data);
     for (bool hardware : {false, true}) {
       for (size_t piece : {size_t{0}, size_t{1}, size_t{7}, size_t{63}, size_t{64}, size_t{65}}) {
         ASSERT_EQ(Digest(data, hardware, piece), expected)
@@ -85,7 +63,7 @@ TEST(Crypto, Sha256MatchesOpensslAtEveryLengthAndSplit) {
   }
   const std::string big = RandomBytes(rng, (1 << 20) + 17);
   EXPECT_EQ(Sha256Hex(reinterpret_cast<const uint8_t*>(big.data()), big.size()),
-            OpensslSha256(big));
+            ReferenceSha256Hex(big));
 }
 
 TEST(Crypto, HmacMatchesRfc4231AndOpenssl) {
@@ -100,7 +78,8 @@ TEST(Crypto, HmacMatchesRfc4231AndOpenssl) {
     for (size_t text_bytes : {0, 1, 55, 56, 64, 1000}) {
       const std::string key = RandomBytes(rng, key_bytes);
       const std::string text = RandomBytes(rng, text_bytes);
-      ASSERT_EQ(HmacSha256Hex(key, text), OpensslHmac(key, text)) << key_bytes << " " << text_bytes;
+      ASSERT_EQ(HmacSha256Hex(key, text), ReferenceHmacSha256Hex(key, text))
+          << key_bytes << " " << text_bytes;
     }
   }
 }
