@@ -400,16 +400,19 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 void RedoLog::FreeBuffer::operator()(uint8_t* p) const { std::free(p); }
 
+void RedoLog::Reserve(uint64_t bytes) {
+  const uint64_t need = RoundUp(bytes, kDirectBlock);  // room for the padding too
+  if (need <= buffer_capacity_) return;
+  const uint64_t capacity = std::max({need, 2 * buffer_capacity_, uint64_t{1} << 20});
+  auto* grown = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlock, capacity));
+  if (grown == nullptr) throw std::bad_alloc();
+  if (buffer_size_ > 0) std::memcpy(grown, buffer_.get(), buffer_size_);
+  buffer_.reset(grown);
+  buffer_capacity_ = capacity;
+}
+
 uint8_t* RedoLog::Grow(uint64_t n) {
-  const uint64_t need = RoundUp(buffer_size_ + n, kDirectBlock);  // room for the padding too
-  if (need > buffer_capacity_) {
-    const uint64_t capacity = std::max({need, 2 * buffer_capacity_, uint64_t{1} << 20});
-    auto* grown = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlock, capacity));
-    if (grown == nullptr) throw std::bad_alloc();
-    if (buffer_size_ > 0) std::memcpy(grown, buffer_.get(), buffer_size_);
-    buffer_.reset(grown);
-    buffer_capacity_ = capacity;
-  }
+  Reserve(buffer_size_ + n);
   uint8_t* at = buffer_.get() + buffer_size_;
   buffer_size_ += n;
   return at;
@@ -427,7 +430,7 @@ void RedoLog::KeepTail() {
 Status RedoLog::LoadTail() {
   const uint64_t staged = staged_bytes();
   const uint64_t tail = size_ % kDirectBlock;
-  Grow(tail + staged);  // capacity only
+  Reserve(tail + staged);
   if (staged > 0 && tail != tail_bytes_) {
     std::memmove(buffer_.get() + tail, buffer_.get() + tail_bytes_, staged);
   }

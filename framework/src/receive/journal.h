@@ -120,7 +120,8 @@ class RedoLog {
   Result<bool> WriteDirect();
   Status LoadTail();
   void KeepTail();
-  uint8_t* Grow(uint64_t n);
+  void Reserve(uint64_t bytes);  // buffer_ holds at least `bytes`, block-padded
+  uint8_t* Grow(uint64_t n);     // appends n bytes to buffer_: where they go
 
   mutable std::mutex ids_mu_;  // guards ids_
   std::set<std::string> ids_;

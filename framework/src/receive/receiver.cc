@@ -478,8 +478,10 @@ struct Receiver::Impl {
     return false;
   }
 
-  // With a redo log, each payload's last window lands while the next payload of its version is
-  // computed (ApplySink::defer_last_sync); every window has landed when this returns.
+  // With a redo log, each payload's last window lands while the next payload is computed
+  // (ApplySink::defer_last_sync): `manifests` are one commit's (ReadManifests checks each names
+  // its version), whose records change disjoint elements. Every window has landed when this
+  // returns.
   Status ApplyPayloads(const std::vector<Manifest>& manifests, ApplyStats* stats,
                        internal::ApplySink* sink) {
     // The tail's records point into `tensors`: it lands before they go.
@@ -525,10 +527,6 @@ struct Receiver::Impl {
       if (i + 1 < order.size() && order[i + 1].second->bytes <= apply_bytes &&
           !next_fetch.pending && early.count(order[i + 1].second->key) == 0) {
         next_fetch.Start(*prefetcher, *transport, *order[i + 1].second, next_buffer);
-      }
-      // Another version's records may change the tail's elements: it lands first.
-      if (i > 0 && order[i - 1].first != v) {
-        REFIT_RETURN_NOT_OK(internal::FinishLoggedTail(*sink, stats));
       }
       if (computed != nullptr) ++stats->early_payloads;
       sink->early = computed.get();
