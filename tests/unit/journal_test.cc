@@ -4,6 +4,7 @@
 #include "receive/journal.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -397,6 +398,30 @@ TEST_F(RedoLogTest, DirectWritesLeaveTheSameEntriesAsBufferedOnes) {
   EXPECT_EQ(direct->interrupted_entries(), buffered->interrupted_entries());
   EXPECT_EQ(direct->interrupted_entries(), 24u);  // the round after the checkpoint
   EXPECT_EQ(direct->checkpoint_version(), 7u);
+}
+
+// The direct writer reopens the log's path: a FIFO or another file planted there since the log
+// was opened is neither waited on nor written; the entries go to the file the log holds.
+TEST_F(RedoLogTest, DirectWritesNeverGoToWhatWasPlantedAtThePath) {
+  for (const bool fifo : {true, false}) {
+    SCOPED_TRACE(fifo ? "a FIFO" : "a regular file");
+    std::filesystem::remove(path_);
+    ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, /*durable=*/true, 0));
+    const std::string held = dir_ + "/held.log";
+    std::filesystem::rename(path_, held);
+    if (fifo) {
+      ASSERT_EQ(::mkfifo(path_.c_str(), 0644), 0);
+    } else {
+      std::ofstream(path_, std::ios::binary).flush();
+    }
+    log->UseDirectWrites();  // opening the FIFO for writing would wait for a reader for good
+    Write(*log, "a", 1, 0x1234);
+    if (!fifo) {
+      EXPECT_EQ(std::filesystem::file_size(path_), 0u) << "the planted file was written";
+    }
+    EXPECT_EQ(std::filesystem::file_size(held), log->bytes());
+    std::filesystem::remove(path_);
+  }
 }
 
 TEST(BoxElementIndexTest, WalksTheBoxRowMajor) {

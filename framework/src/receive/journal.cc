@@ -441,7 +441,18 @@ Status RedoLog::LoadTail() {
 
 void RedoLog::UseDirectWrites() {
   if (!durable_ || direct_fd_ >= 0) return;
-  direct_fd_ = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+  // The path again, guarded like the first open (no link, no blocking on a FIFO), and used only
+  // if it is still the file fd_ holds: something planted in between gets buffered writes to fd_.
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat held {
+  }, opened{};
+  if (::fstat(fd_, &held) != 0 || ::fstat(fd, &opened) != 0 || held.st_dev != opened.st_dev ||
+      held.st_ino != opened.st_ino) {
+    ::close(fd);
+    return;
+  }
+  direct_fd_ = fd;
 }
 
 // Writes buffer_ (tail and staged entries, zero-padded to a block) at the tail's boundary; false
