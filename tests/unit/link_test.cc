@@ -143,6 +143,27 @@ TEST_F(LinkTransportTest, PutsAndGetsTakeTheirBytesFromTheBucketAndAreCounted) {
   EXPECT_TRUE(t->Remove("v00000001/a").ok());
 }
 
+// A sender that reads its puts back from a copy of its own (the ucx spool) does not pay the link
+// for them: its payload crosses once, not twice.
+TEST_F(LinkTransportTest, LocalGetsAreCountedButNotCharged) {
+  FakeTime time;
+  LinkTraffic traffic;
+  auto wrapped = WrapTransportWithLink(Disk(), time.Bucket(1000, 100), &traffic, LinkGets::kLocal);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+  std::unique_ptr<Transport> t = std::move(wrapped).value();
+  const std::vector<uint8_t> data(600, 3);
+  ASSERT_TRUE(t->Put("v00000001/a", data.data(), data.size()).ok());
+  EXPECT_EQ(time.sleeps, (std::vector<double>{0.5}));
+  std::vector<uint8_t> got(600);
+  ASSERT_TRUE(t->Get("v00000001/a", 0, got.data(), got.size()).ok());
+  ASSERT_TRUE(t->Get("v00000001/a", 0, got.data(), got.size()).ok());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(time.sleeps, (std::vector<double>{0.5}));  // the put's only
+  EXPECT_EQ(traffic.get_bytes.load(), 1200u);
+  EXPECT_EQ(traffic.gets.load(), 2u);
+  EXPECT_EQ(traffic.throttled_ns.load(), 500'000'000u);
+}
+
 TEST_F(LinkTransportTest, BandwidthIsASizeAndConfiguredTransportsAreCounted) {
   auto none = LinkOptionsFromConfig(config_);
   ASSERT_TRUE(none.ok());

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 4
+#define REFIT_ABI_MINOR 5
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -191,6 +191,12 @@ typedef enum refit_transport_role {
 } refit_transport_role_t;
 
 typedef void (*refit_list_cb)(void* ctx, const char* key, uint64_t size);
+
+/* Capability flags of a transport (ABI 1.5; older hosts ignore them). */
+/* A sender instance reads the keys it put from a copy of its own (a local spool), never across
+ * the network: the link emulation ([transport] bandwidth) does not charge those reads to the
+ * sender's link (a sender verifying its puts reads each payload back). */
+#define REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS 0x1u
 
 typedef struct refit_transport_vtable {
   uint32_t struct_size;

@@ -95,6 +95,8 @@ class REFIT_API Transport {
                                           void* instance);
 
   const std::string& name() const { return info_->name; }
+  // REFIT_TRANSPORT_CAP_* flags the plugin declared (0 for an adopted decorator).
+  uint64_t capabilities() const { return info_->capabilities; }
   Status Put(const std::string& key, const uint8_t* data, uint64_t len);
   // nullopt when the key does not exist.
   Result<std::optional<uint64_t>> Size(const std::string& key);

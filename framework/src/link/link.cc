@@ -81,8 +81,8 @@ namespace {
 class LinkTransport {
  public:
   LinkTransport(std::unique_ptr<Transport> inner, std::shared_ptr<TokenBucket> bucket,
-                LinkTraffic* traffic)
-      : inner_(std::move(inner)), bucket_(std::move(bucket)), traffic_(traffic) {}
+                LinkTraffic* traffic, LinkGets gets)
+      : inner_(std::move(inner)), bucket_(std::move(bucket)), traffic_(traffic), gets_(gets) {}
 
   // Never called: the decorator wraps an existing transport, WrapTransportWithLink adopts it.
   static Result<std::unique_ptr<LinkTransport>> Create(const sdk::ConfigView&,
@@ -104,7 +104,7 @@ class LinkTransport {
 
   Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len) {
     REFIT_RETURN_NOT_OK(inner_->Get(key, offset, buf, len));
-    Throttle(len);
+    if (gets_ == LinkGets::kCross) Throttle(len);
     if (traffic_ != nullptr) {
       traffic_->get_bytes += len;
       ++traffic_->gets;
@@ -129,16 +129,17 @@ class LinkTransport {
   std::unique_ptr<Transport> inner_;
   std::shared_ptr<TokenBucket> bucket_;
   LinkTraffic* traffic_;
+  const LinkGets gets_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Transport>> WrapTransportWithLink(std::unique_ptr<Transport> inner,
                                                          std::shared_ptr<TokenBucket> bucket,
-                                                         LinkTraffic* traffic) {
+                                                         LinkTraffic* traffic, LinkGets gets) {
   std::string name = inner->name();
   return Transport::Adopt(std::move(name), sdk::TransportAdapter<LinkTransport>::Vtable(),
-                          new LinkTransport(std::move(inner), std::move(bucket), traffic));
+                          new LinkTransport(std::move(inner), std::move(bucket), traffic, gets));
 }
 
 Result<std::unique_ptr<Transport>> CreateConfiguredTransport(const Registry& registry,
@@ -154,8 +155,12 @@ Result<std::unique_ptr<Transport>> CreateConfiguredTransport(const Registry& reg
   if (link.bytes_per_second > 0) {
     bucket = std::make_shared<TokenBucket>(link.bytes_per_second, link.burst_bytes);
   }
+  const LinkGets gets = role == REFIT_ROLE_SENDER && (transport->capabilities() &
+                                                      REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS) != 0
+                            ? LinkGets::kLocal
+                            : LinkGets::kCross;
   REFIT_ASSIGN_OR_RAISE(transport, WrapTransportWithLink(std::move(transport), std::move(bucket),
-                                                         &ProcessLinkTraffic(role)));
+                                                         &ProcessLinkTraffic(role), gets));
   REFIT_ASSIGN_OR_RAISE(std::optional<FaultOptions> options, FaultOptionsFromConfig(config));
   if (!options) return transport;
   auto faults = std::make_shared<FaultInjector>(std::move(*options));

@@ -76,15 +76,22 @@ struct LinkTraffic {
 // sender's bytes out are ProcessLinkTraffic(REFIT_ROLE_SENDER).put_bytes).
 LinkTraffic& ProcessLinkTraffic(refit_transport_role_t role);
 
+// Whether a transport instance's gets cross its link. A sender that reads what it put from a
+// local copy (REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS, the ucx spool) does not.
+enum class LinkGets { kCross, kLocal };
+
 // Wraps `inner`: puts take their bytes from `bucket` before the object is written (it appears once
-// its bytes crossed), gets after they were read; `bucket` may be null (unlimited). Every put and
-// get is counted in `traffic` (may be null). The result keeps inner's name.
+// its bytes crossed), gets (those that cross, `gets`) after they were read; `bucket` may be null
+// (unlimited). Every put and get is counted in `traffic` (may be null). The result keeps inner's
+// name.
 Result<std::unique_ptr<Transport>> WrapTransportWithLink(std::unique_ptr<Transport> inner,
                                                          std::shared_ptr<TokenBucket> bucket,
-                                                         LinkTraffic* traffic);
+                                                         LinkTraffic* traffic,
+                                                         LinkGets gets = LinkGets::kCross);
 
 // Creates the transport of `config` ([transport] name and its section) for `role`: the plugin's
-// instance behind its own link ([transport] bandwidth, counted in ProcessLinkTraffic(role)),
+// instance behind its own link ([transport] bandwidth, counted in ProcessLinkTraffic(role); a
+// sender's gets are free when the plugin declares REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS),
 // behind the [faults] layer when that is enabled (which also arms this process's kill points).
 Result<std::unique_ptr<Transport>> CreateConfiguredTransport(const Registry& registry,
                                                              const Config& config,

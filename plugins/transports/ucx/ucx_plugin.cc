@@ -143,5 +143,5 @@ REFIT_PLUGIN("ucx", "0.1.0",
              refit::sdk::detail::Row(REFIT_KIND_TRANSPORT, "ucx",
                                      "Push channel over UCX active messages: the sender spools and "
                                      "pushes every object to its connected receivers",
-                                     0, kUcxKeys, sizeof(kUcxKeys) / sizeof(kUcxKeys[0]),
-                                     &kForwardingVtable, 0))
+                                     REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS, kUcxKeys,
+                                     sizeof(kUcxKeys) / sizeof(kUcxKeys[0]), &kForwardingVtable, 0))
