@@ -228,7 +228,7 @@ Status RunRecv(const RecvOptions& o) {
   const double start = Now();
   std::string last_error;
   // Following: once idle for a while after applying, the model is checkpointed (synced, its redo
-  // log emptied) off the critical path of the next version.
+  // log emptied) off the critical path of the next version, if its log is halfway to a due one.
   constexpr double kIdleCheckpointSeconds = 2;
   double last_applied = 0;
   while (true) {
@@ -236,7 +236,7 @@ Status RunRecv(const RecvOptions& o) {
     if (o.follow && r.ok() && !r.value() && last_applied != 0 &&
         Now() - last_applied > kIdleCheckpointSeconds) {
       last_applied = 0;
-      if (Status st = receiver->Checkpoint(); !st.ok()) {
+      if (Status st = receiver->IdleCheckpoint(); !st.ok()) {
         std::fprintf(stderr, "refit: checkpoint: %s\n", st.message().c_str());
       }
     }

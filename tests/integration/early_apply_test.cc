@@ -32,8 +32,8 @@ class EarlyApplyTest : public ::testing::Test {
     const std::string text = "[sender]\nstate_dir = \"" + dir_ / "sender" +
                              "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n"
                              "stream_bytes = \"" +
-                             stream_bytes_ + "\"\n\n[receiver]\nid = \"r0\"\nstate_dir = \"" +
-                             dir_ / "receiver" +
+                             stream_bytes_ + "\"\n\n[receiver]\nid = \"r0\"\n" + receiver_keys_ +
+                             "state_dir = \"" + dir_ / "receiver" +
                              "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
                              dir_ / "sync" + "\"\nfsync = false\n" + tail;
     auto config = Config::FromString(text, "early.toml");
@@ -130,6 +130,7 @@ class EarlyApplyTest : public ::testing::Test {
   }
 
   std::string stream_bytes_ = "4KiB";
+  std::string receiver_keys_;  // more lines of [receiver]
   TempDir dir_;
   Config config_;
   std::unique_ptr<Sender> sender_;
@@ -206,6 +207,37 @@ TEST_F(EarlyApplyTest, VersionsOfOneAndOfSeveralPayloadsApplyBitExact) {
       ExpectModelIsWeights();
     }
   }
+}
+
+// A follower gone idle checkpoints (syncs the model, empties the log) only once its log is halfway
+// to a due checkpoint, here 2 of 4 versions: a sync after every version would clean the model's
+// pages, and the next version would fault every page it touches writable again. Checkpoint()
+// syncs whatever the log holds.
+TEST_F(EarlyApplyTest, AnIdleCheckpointWaitsUntilTheLogIsHalfwayToADueOne) {
+  receiver_keys_ = "checkpoint_versions = 4\n";
+  Start("");
+  const fs::path log = dir_ / "receiver/redo.log";
+  auto next_version = [&](uint64_t v) {
+    weights_.Mutate(0.05, 700 + v);
+    Publish();
+    ASSERT_EQ(Poll(v), v);
+    ExpectModelIsWeights();
+  };
+  next_version(2);  // 1 version since the full sync's checkpoint
+  const uint64_t one_version = fs::file_size(log);
+  ASSERT_TRUE(receiver_->IdleCheckpoint().ok());
+  EXPECT_EQ(fs::file_size(log), one_version) << "checkpointed after one version of four";
+  next_version(3);  // 2 of 4: halfway
+  const uint64_t two_versions = fs::file_size(log);
+  EXPECT_GT(two_versions, one_version);
+  ASSERT_TRUE(receiver_->IdleCheckpoint().ok());
+  EXPECT_LT(fs::file_size(log), one_version) << "not checkpointed halfway";
+  const uint64_t empty = fs::file_size(log);
+  next_version(4);
+  EXPECT_GT(fs::file_size(log), empty);
+  ASSERT_TRUE(receiver_->Checkpoint().ok());  // now, after one version
+  EXPECT_EQ(fs::file_size(log), empty);
+  next_version(5);  // the model and its log agree after both kinds of checkpoint
 }
 
 // With a key, a payload is decoded only once its signed manifest names it: nothing early.

@@ -80,8 +80,13 @@ class REFIT_API Receiver {
                 std::optional<uint64_t> loaded_version = std::nullopt);
   // Syncs the model file and empties its redo log now (durable settings: the log already makes
   // every committed version survive a crash; this bounds the log and the replay after a reboot).
-  // `refit recv --follow` calls it when idle. No-op for attached memory.
+  // No-op for attached memory.
   Status Checkpoint();
+  // The same, but only once the log is halfway to a due checkpoint (receiver.checkpoint_versions
+  // or checkpoint_bytes): what `refit recv --follow` calls when idle, so that the sync a version
+  // would come to need is done between versions. Not after every version: a sync cleans the
+  // model's pages, and the next version's writes fault every page they touch writable again.
+  Status IdleCheckpoint();
   uint64_t version() const;  // 0: no committed state
   // Nonzero while the model holds part of that version (an in-place apply interrupted, or one
   // abandoned until a full sync replaces the model): the model is then not `version()`.

@@ -648,11 +648,14 @@ Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durab
 }
 
 Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
-                             const CheckpointPolicy& policy, bool force,
+                             const CheckpointPolicy& policy, CheckpointWhen when,
                              const std::function<Status()>& sync_file) {
   if (log.empty()) return false;
   const uint64_t cap = policy.bytes != 0 ? policy.bytes : file_bytes;
-  if (!force && version - log.checkpoint_version() < policy.versions && log.bytes() < cap) {
+  const uint64_t versions = version - log.checkpoint_version();
+  const uint64_t scale = when == CheckpointWhen::kHalfway ? 2 : 1;
+  if (when != CheckpointWhen::kNow && scale * versions < policy.versions &&
+      scale * log.bytes() < cap) {
     return false;
   }
   MaybeKillAt("redo.checkpoint");

@@ -157,11 +157,15 @@ struct CheckpointPolicy {
   uint64_t versions = 8;
   uint64_t bytes = 0;
 };
-// Checkpoints the file holding `version` when the policy says so (or `force`): sync_file, then
-// the log emptied (kill points redo.checkpoint and redo.checkpoint_synced around the sync).
-// Whether it did.
+// When CheckpointIfDue syncs: once the policy says so; once the log is halfway there (a follower
+// gone idle gets ahead of a due checkpoint without syncing after every version: a sync cleans
+// the file's pages, and the next version's writes fault every page it touches writable again);
+// or now.
+enum class CheckpointWhen { kDue, kHalfway, kNow };
+// Checkpoints the file holding `version` as `when` says: sync_file, then the log emptied (kill
+// points redo.checkpoint and redo.checkpoint_synced around the sync). Whether it did.
 Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
-                             const CheckpointPolicy& policy, bool force,
+                             const CheckpointPolicy& policy, CheckpointWhen when,
                              const std::function<Status()>& sync_file);
 
 // Element index in a row-major tensor of the box's i-th element (row-major within the box).

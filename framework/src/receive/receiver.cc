@@ -273,11 +273,11 @@ struct Receiver::Impl {
   }
 
   // The model file is synced and its redo log emptied every checkpoint_versions versions, once
-  // the log holds checkpoint_bytes (default: the model's size), or when `force`d (idle).
-  Status MaybeCheckpoint(bool force) {
+  // the log holds checkpoint_bytes (default: the model's size), halfway there when idle, or now.
+  Status MaybeCheckpoint(internal::CheckpointWhen when) {
     if (attached || redo == nullptr || model == nullptr || applying != 0) return Status::OK();
     REFIT_ASSIGN_OR_RAISE(
-        bool done, internal::CheckpointIfDue(*redo, version, model->file_size(), checkpoint, force,
+        bool done, internal::CheckpointIfDue(*redo, version, model->file_size(), checkpoint, when,
                                              [&] { return model->Sync(); }));
     if (!done) return Status::OK();
     log_bytes = redo->bytes();
@@ -821,7 +821,7 @@ struct Receiver::Impl {
     REFIT_RETURN_NOT_OK(Acknowledge(c, total.Seconds(), stats.counters.records));
     ack_checked = true;
     // After the ack: a due checkpoint does not delay the sender.
-    REFIT_RETURN_NOT_OK(MaybeCheckpoint(/*force=*/false));
+    REFIT_RETURN_NOT_OK(MaybeCheckpoint(internal::CheckpointWhen::kDue));
     stats.commit_seconds = commit.Seconds();
     stats.total_seconds = total.Seconds();
     return stats;
@@ -1060,7 +1060,10 @@ std::string NeedFull(const std::string& id, const std::string& why) {
 
 }  // namespace
 
-Status Receiver::Checkpoint() { return impl_->MaybeCheckpoint(/*force=*/true); }
+Status Receiver::Checkpoint() { return impl_->MaybeCheckpoint(internal::CheckpointWhen::kNow); }
+Status Receiver::IdleCheckpoint() {
+  return impl_->MaybeCheckpoint(internal::CheckpointWhen::kHalfway);
+}
 
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;

@@ -227,9 +227,10 @@ struct Sender::Impl {
   // the log holds checkpoint.bytes (default: the baseline's size).
   Status MaybeCheckpoint() {
     if (redo == nullptr || baseline == nullptr) return Status::OK();
-    REFIT_ASSIGN_OR_RAISE(
-        bool done, internal::CheckpointIfDue(*redo, baseline_version, baseline->file_size(),
-                                             checkpoint, false, [&] { return baseline->Sync(); }));
+    REFIT_ASSIGN_OR_RAISE(bool done,
+                          internal::CheckpointIfDue(*redo, baseline_version, baseline->file_size(),
+                                                    checkpoint, internal::CheckpointWhen::kDue,
+                                                    [&] { return baseline->Sync(); }));
     if (!done) return Status::OK();
     log_bytes = redo->bytes();
     return SaveState();
