@@ -598,6 +598,13 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   REFIT_ASSIGN_OR_RAISE(b.bandwidth, b.config.GetSize("transport.bandwidth", 0));
   REFIT_ASSIGN_OR_RAISE(b.encoding, b.config.GetString("sender.encoding", "auto"));
   REFIT_ASSIGN_OR_RAISE(b.sender, Sender::Make(b.config, 0, 1, b.registry));
+  if (b.sender->published_version() != 0) {
+    // A new sender goes on after stored versions; the receivers would stop at --syncs.
+    return Status::Invalid("the transport already holds versions up to " +
+                           std::to_string(b.sender->published_version()) +
+                           " (left by another run): give the bench an empty store (its disk "
+                           "dir or ucx spool_dir)");
+  }
   b.probe_config = ProbeConfig(b.config, b.transport, dir);
   return b;
 }

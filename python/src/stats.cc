@@ -119,6 +119,7 @@ void BindStats(py::module_& m) {
       .def_readonly("version", &Ack::version)
       .def_readonly("apply_seconds", &Ack::apply_seconds)
       .def_readonly("applied_records", &Ack::applied_records)
+      .def_readonly("commit_sha256", &Ack::commit_sha256)
       .def("__repr__", [](const Ack& a) {
         return "Ack(receiver='" + a.receiver + "', version=" + std::to_string(a.version) + ")";
       });

@@ -98,7 +98,8 @@ void CheckAck(const uint8_t* data, size_t size) {
   auto again = refit::ParseAck(Bytes(text), text.size(), "again");
   FUZZ_CHECK(again.ok(), "re-parse failed: %s", again.status().ToString().c_str());
   FUZZ_CHECK(again->receiver == a->receiver && again->version == a->version &&
-                 again->applied_records == a->applied_records,
+                 again->applied_records == a->applied_records &&
+                 again->commit_sha256 == a->commit_sha256,
              "ack round trip differs");
 }
 

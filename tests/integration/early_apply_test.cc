@@ -240,6 +240,66 @@ TEST_F(EarlyApplyTest, AnIdleCheckpointWaitsUntilTheLogIsHalfwayToADueOne) {
   next_version(5);  // the model and its log agree after both kinds of checkpoint
 }
 
+// An ack names the commit it answers: one naming another commit at that version number (left by
+// another history in the same store, e.g. a sender that lost its state_dir) is no answer, to the
+// sender nor to a receiver that checks its own ack after a restart. An ack without the field (a
+// receiver older than it) is taken.
+TEST_F(EarlyApplyTest, AnAckOfAnotherCommitAtTheSameVersionIsNoAnswer) {
+  const std::string ack_path = Path(AckKey("r0", 2));
+  const std::string foreign =
+      R"({"receiver":"r0","version":2,"commit_sha256":")" + std::string(64, '0') + R"("})";
+  weights_.Mutate(0.05, 800);
+  Publish();
+  WriteAll(ack_path, foreign);
+  EXPECT_EQ(sender_->Unanswered(), std::vector<std::string>{"r0"});
+  WriteAll(ack_path, R"({"receiver":"r0","version":2})");
+  EXPECT_TRUE(sender_->Unanswered().empty());
+  fs::remove(ack_path);
+  EXPECT_EQ(sender_->Unanswered(), std::vector<std::string>{"r0"});
+  ASSERT_EQ(Poll(2), 2u);
+  EXPECT_TRUE(sender_->Unanswered().empty());
+  ExpectModelIsWeights();
+  // A restarted receiver finds a foreign ack where its own was and answers again.
+  WriteAll(ack_path, foreign);
+  receiver_.reset();
+  auto receiver = Receiver::Make(config_);
+  ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+  receiver_ = std::move(receiver).value();
+  EXPECT_EQ(Poll(0), 0u);
+  EXPECT_TRUE(sender_->Unanswered().empty());
+  EXPECT_EQ(ReadAll(ack_path).find(std::string(64, '0')), std::string::npos);
+}
+
+// A sender whose state_dir was lost, over a transport that kept its versions, goes on after the
+// newest of them with a full sync chained to it: the receiver that followed the old versions
+// takes it, acknowledges it, and the deltas after it.
+TEST_F(EarlyApplyTest, ASenderThatLostItsStateContinuesAfterTheStoredVersions) {
+  for (uint64_t v = 2; v <= 3; ++v) {
+    weights_.Mutate(0.05, 900 + v);
+    Publish();
+    ASSERT_EQ(Poll(v), v);
+  }
+  sender_.reset();
+  fs::remove_all(dir_ / "sender");
+  auto sender = Sender::Make(config_);
+  ASSERT_TRUE(sender.ok()) << sender.status().ToString();
+  sender_ = std::move(sender).value();
+  weights_.Mutate(0.05, 904);
+  auto stats = sender_->Publish(Views(weights_));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->version, 4u);
+  EXPECT_TRUE(stats->full);
+  ASSERT_EQ(Poll(4), 4u);
+  EXPECT_TRUE(sender_->Unanswered().empty());
+  ExpectModelIsWeights();
+  weights_.Mutate(0.05, 905);
+  Publish();
+  ApplyStats applied;
+  ASSERT_EQ(Poll(5, &applied), 5u);
+  EXPECT_FALSE(applied.full);
+  ExpectModelIsWeights();
+}
+
 // With a key, a payload is decoded only once its signed manifest names it: nothing early.
 TEST_F(EarlyApplyTest, SignedVersionsAreNotComputedBeforeTheirManifest) {
   WriteAll(dir_ / "key", "0123456789abcdef0123456789abcdef");

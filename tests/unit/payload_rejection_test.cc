@@ -555,11 +555,18 @@ TEST(ControlObjects, AcksNameTheirReceiver) {
   EXPECT_EQ(error(R"({"version":1})"), "acks/r0/v1: missing field 'receiver'");
   EXPECT_EQ(error(R"({"receiver":"r0","version":-1})"),
             "acks/r0/v1: field 'version' has the wrong type");
+  EXPECT_EQ(error(R"({"receiver":"r0","version":1,"commit_sha256":"abc"})"),
+            "acks/r0/v1: field 'commit_sha256' is not 64 lowercase hex digits");
   Ack a;
   a.receiver = "r0";
   a.version = 3;
   const std::string ok = SerializeAck(a);
   EXPECT_TRUE(ParseAck(reinterpret_cast<const uint8_t*>(ok.data()), ok.size(), "x").ok());
+  a.commit_sha256 = std::string(64, 'e');
+  const std::string named = SerializeAck(a);
+  auto back = ParseAck(reinterpret_cast<const uint8_t*>(named.data()), named.size(), "x");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->commit_sha256, a.commit_sha256);
 }
 
 }  // namespace

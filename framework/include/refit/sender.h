@@ -29,6 +29,10 @@ struct Ack {
   uint64_t version = 0;
   double apply_seconds = 0;
   uint64_t applied_records = 0;
+  // SHA-256 (hex) of the COMMIT object the receiver applied; a sender takes the ack only for the
+  // commit it published (an ack left by another history at the same version number is no
+  // answer). Empty from a receiver older than this field: taken.
+  std::string commit_sha256;
 };
 
 struct SyncStats {

@@ -647,6 +647,7 @@ std::string SerializeAck(const Ack& a) {
             {"version", a.version},
             {"apply_seconds", a.apply_seconds},
             {"applied_records", a.applied_records}};
+  if (!a.commit_sha256.empty()) j["commit_sha256"] = a.commit_sha256;
   return j.dump();
 }
 
@@ -666,6 +667,9 @@ Result<Ack> ParseAck(const uint8_t* data, uint64_t size, const std::string& labe
   if (secs != j.end() && secs->is_number()) a.apply_seconds = secs->get<double>();
   auto recs = j.find("applied_records");
   if (recs != j.end() && recs->is_number_unsigned()) a.applied_records = recs->get<uint64_t>();
+  auto commit = OptionalHexField(j, "commit_sha256", kSha256HexChars);
+  if (!commit.ok()) return fail(commit.status());
+  a.commit_sha256 = commit.value();
   return a;
 }
 

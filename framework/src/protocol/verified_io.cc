@@ -83,13 +83,15 @@ Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& 
   return last;
 }
 
-std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver,
-                                uint64_t version) {
+std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver, uint64_t version,
+                                const std::string& commit_sha256) {
   const std::string key = AckKey(receiver, version);
   auto bytes = GetStable(transport, key, kMaxControlBytes);
   if (!bytes.ok()) return std::nullopt;
   auto ack = ParseAck(bytes.value().data(), bytes.value().size(), key);
   if (!ack.ok() || ack->receiver != receiver || ack->version != version) return std::nullopt;
+  if (!commit_sha256.empty() && !ack->commit_sha256.empty() && ack->commit_sha256 != commit_sha256)
+    return std::nullopt;
   return std::move(ack).value();
 }
 

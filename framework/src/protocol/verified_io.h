@@ -30,8 +30,9 @@ Status GetVerified(Transport& transport, const std::string& key, uint64_t size, 
 Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& key,
                                        uint64_t max_bytes, int attempts = 4);
 // The ack of `version` by `receiver`, if one is stored (read until two reads agree) that parses
-// and names that receiver and version: a damaged or misplaced ack object is no answer.
-std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver,
-                                uint64_t version);
+// and names that receiver and version, and, when both are known, the commit `commit_sha256`: a
+// damaged or misplaced ack object, or one of another commit at that version, is no answer.
+std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver, uint64_t version,
+                                const std::string& commit_sha256);
 
 }  // namespace refit::internal

@@ -88,6 +88,12 @@ struct CommitRead {
   std::string sha256;
 };
 
+// What syncs `file` (a checkpoint's sync_file). Made here, outside Receiver::Impl: a lambda in a
+// member whose signature names an internal type would be exported from librefit.so.
+std::function<Status()> SyncOf(SafetensorsFile& file) {
+  return [&file] { return file.Sync(); };
+}
+
 }  // namespace
 
 struct Receiver::Impl {
@@ -276,9 +282,8 @@ struct Receiver::Impl {
   // the log holds checkpoint_bytes (default: the model's size), halfway there when idle, or now.
   Status MaybeCheckpoint(internal::CheckpointWhen when) {
     if (attached || redo == nullptr || model == nullptr || applying != 0) return Status::OK();
-    REFIT_ASSIGN_OR_RAISE(
-        bool done, internal::CheckpointIfDue(*redo, version, model->file_size(), checkpoint, when,
-                                             [&] { return model->Sync(); }));
+    REFIT_ASSIGN_OR_RAISE(bool done, internal::CheckpointIfDue(*redo, version, model->file_size(),
+                                                               checkpoint, when, SyncOf(*model)));
     if (!done) return Status::OK();
     log_bytes = redo->bytes();
     return SaveState();
@@ -828,7 +833,8 @@ struct Receiver::Impl {
   }
 
   Status Acknowledge(const Commit& c, double seconds, uint64_t records) {
-    Ack ack{id, c.version, seconds, records};
+    // Our commit of that version: set when the version committed, before its ack.
+    Ack ack{id, c.version, seconds, records, commit_sha256};
     std::string text = SerializeAck(ack);
     REFIT_RETURN_NOT_OK(internal::PutVerified(*transport, AckKey(id, c.version),
                                               reinterpret_cast<const uint8_t*>(text.data()),
@@ -847,7 +853,7 @@ struct Receiver::Impl {
     if (ack_checked || version == 0 || applying != 0) return false;
     bool sent = false;
     // One damaged in storage (or half re-put when the put failed) is no answer the sender takes.
-    if (!internal::ReadValidAck(*transport, id, version).has_value()) {
+    if (!internal::ReadValidAck(*transport, id, version, commit_sha256).has_value()) {
       REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> c, ReadCommit(version));
       if (!c) {
         ack_checked = true;  // the version is gone from the transport: nothing to answer

@@ -152,6 +152,11 @@ struct Sender::Impl {
   // manifest; one planted there is never adopted.
   uint64_t manifest_version = 0;
   std::string manifest_sha256;
+  // No state file was found: this sender never published from this state_dir.
+  bool no_state = false;
+  // Another rank's copy of the published commit's SHA-256 (PublishedCommitSha256).
+  uint64_t read_commit_version = 0;
+  std::string read_commit_sha256;
 
   std::string StatePath() const { return state_dir + "/sender.r" + std::to_string(rank) + ".json"; }
   std::string BaselinePath() const {
@@ -182,7 +187,10 @@ struct Sender::Impl {
   Status LoadState() {
     auto text = internal::ReadSmallFile(StatePath(), 1 << 20);
     if (!text.ok()) {
-      if (text.status().code() == StatusCode::kNotFound) return Status::OK();
+      if (text.status().code() == StatusCode::kNotFound) {
+        no_state = true;
+        return Status::OK();
+      }
       return text.status();
     }
     REFIT_ASSIGN_OR_RAISE(json j, internal::ParseStateObject(text.value(), StatePath()));
@@ -382,6 +390,30 @@ struct Sender::Impl {
   // rank's state said it was published. If its commit is out there, the version is committed:
   // adopt it (rank 0 first rewrites a commit that does not read back as it should). Otherwise no
   // receiver can have seen it: remove this rank's leftovers, and the version number is reused.
+  // A sender without state (a new or lost state_dir) over a transport that already holds
+  // committed versions: its numbering goes on after the newest of them, with a full sync chained
+  // to it. Starting again at version 1 would give old version numbers a second meaning:
+  // receivers that took the old ones would follow the old history and never answer the new.
+  Status ContinueAfterStoredVersions() {
+    if (!no_state) return Status::OK();
+    no_state = false;
+    REFIT_ASSIGN_OR_RAISE(auto keys, transport->List("v"));
+    uint64_t newest = 0;
+    for (const auto& entry : keys) {
+      std::optional<uint64_t> v = VersionOfKey(entry.first);
+      if (v && entry.first == CommitKey(*v)) newest = std::max(newest, *v);
+    }
+    if (newest == 0) return Status::OK();
+    Log(LogLevel::kWarn, "sender",
+        "no sender state in " + state_dir + " but the transport holds versions up to " +
+            std::to_string(newest) + ": publishing version " + std::to_string(newest + 1) +
+            " as a full sync");
+    // Kept in memory: the publish's own state saves record it, and a kill before them skips again.
+    published_version = baseline_version = newest;
+    force_full = true;
+    return Status::OK();
+  }
+
   Status RecoverUnfinished(SyncStats* stats) {
     const uint64_t version = published_version + 1;
     REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> commit_size, transport->Size(CommitKey(version)));
@@ -433,10 +465,26 @@ struct Sender::Impl {
     return Status::OK();
   }
 
+  // The SHA-256 of the published commit of `version`, which its acks must name: rank 0 wrote it;
+  // another rank reads it from the transport once (rank 0 stores it after every rank's
+  // manifest, and receivers ack only after reading it). Empty when unknown: not checked.
+  std::string PublishedCommitSha256(uint64_t version) {
+    if (version != published_version) return "";
+    if (rank == 0 && !commit_sha256.empty()) return commit_sha256;
+    if (read_commit_version != version) {
+      auto bytes = internal::GetStable(*transport, CommitKey(version), internal::kMaxControlBytes);
+      if (!bytes.ok()) return "";
+      read_commit_sha256 = internal::Sha256Hex(bytes.value().data(), bytes.value().size());
+      read_commit_version = version;
+    }
+    return read_commit_sha256;
+  }
+
   // An ack answers any version; a "need full" request answers only a delta (a receiver can
   // always apply a full sync, so for a full version we wait for its ack).
   bool AnswerPresent(const std::string& receiver, uint64_t version, bool* need_full) {
-    if (internal::ReadValidAck(*transport, receiver, version).has_value()) return true;
+    if (internal::ReadValidAck(*transport, receiver, version, PublishedCommitSha256(version)))
+      return true;
     auto request = internal::GetStable(*transport, NeedFullKey(receiver), 1 << 20);
     if (!request.ok()) return false;
     // A receiver can apply any honest full sync, so a full version is answered by a request
@@ -856,6 +904,7 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
   REFIT_RETURN_NOT_OK(MakeDirs(m.state_dir));
   REFIT_RETURN_NOT_OK(m.LoadState());
+  REFIT_RETURN_NOT_OK(m.ContinueAfterStoredVersions());
   return s;
 }
 
@@ -898,7 +947,8 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   }
   m.acks.clear();
   for (const std::string& r : m.receivers) {
-    std::optional<Ack> ack = internal::ReadValidAck(*m.transport, r, m.published_version);
+    std::optional<Ack> ack = internal::ReadValidAck(*m.transport, r, m.published_version,
+                                                    m.PublishedCommitSha256(m.published_version));
     if (ack) m.acks.push_back(std::move(*ack));  // else answered with need-full instead
   }
   // A need-full request makes the next version full: it needs no baseline, so this one is not
