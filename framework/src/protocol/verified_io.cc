@@ -83,6 +83,19 @@ Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& 
   return last;
 }
 
+Result<std::vector<uint64_t>> ListCommits(Transport& transport, uint64_t after) {
+  REFIT_ASSIGN_OR_RAISE(auto keys, transport.List("v"));
+  std::vector<uint64_t> out;
+  for (const auto& entry : keys) {
+    const std::string& key = entry.first;
+    if (key.size() < 7 || key.compare(key.size() - 7, 7, "/COMMIT") != 0) continue;
+    std::optional<uint64_t> v = VersionOfKey(key);
+    if (v && *v > after) out.push_back(*v);
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
 std::optional<Ack> ReadValidAck(Transport& transport, const std::string& receiver, uint64_t version,
                                 const std::string& commit_sha256) {
   const std::string key = AckKey(receiver, version);

@@ -29,6 +29,9 @@ Status GetVerified(Transport& transport, const std::string& key, uint64_t size, 
 // corrupted on the way is never mistaken for the object. NotFound is returned at once.
 Result<std::vector<uint8_t>> GetStable(Transport& transport, const std::string& key,
                                        uint64_t max_bytes, int attempts = 4);
+// The versions above `after` whose COMMIT is stored, newest first (listing the transport; the
+// commits are not read).
+Result<std::vector<uint64_t>> ListCommits(Transport& transport, uint64_t after);
 // The ack of `version` by `receiver`, if one is stored (read until two reads agree) that parses
 // and names that receiver and version, and, when both are known, the commit `commit_sha256`: a
 // damaged or misplaced ack object, or one of another commit at that version, is no answer.

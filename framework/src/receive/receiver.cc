@@ -910,20 +910,6 @@ struct Receiver::Impl {
     return Status::OK();
   }
 
-  // The committed versions above `after`, newest first, by listing the sync directory.
-  Result<std::vector<uint64_t>> ListCommits(uint64_t after) {
-    REFIT_ASSIGN_OR_RAISE(auto keys, transport->List("v"));
-    std::vector<uint64_t> out;
-    for (const auto& entry : keys) {
-      const std::string& key = entry.first;
-      if (key.size() < 7 || key.compare(key.size() - 7, 7, "/COMMIT") != 0) continue;
-      std::optional<uint64_t> v = VersionOfKey(key);
-      if (v && *v > after) out.push_back(*v);
-    }
-    std::sort(out.rbegin(), out.rend());
-    return out;
-  }
-
   // The newest full version above `after` (and above `floor`) that we may take: readable,
   // signed when a key is set, and on our chain. A planted one is skipped, wherever it points.
   Result<std::optional<CommitRead>> NewestFull(const std::vector<uint64_t>& versions,
@@ -1090,7 +1076,7 @@ Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   std::optional<uint64_t> newest;
   if (!next || m.version == 0 || m.asked_full || m.model_unknown) {
     // Without a usable next delta, jump to the newest full sync we may take, if one is there.
-    REFIT_ASSIGN_OR_RAISE(std::vector<uint64_t> versions, m.ListCommits(m.version));
+    REFIT_ASSIGN_OR_RAISE(auto versions, internal::ListCommits(*m.transport, m.version));
     if (!versions.empty()) newest = versions.front();
     const uint64_t floor = next && next->commit.full ? next->commit.version : m.version;
     REFIT_ASSIGN_OR_RAISE(std::optional<CommitRead> full, m.NewestFull(versions, floor));

@@ -386,10 +386,6 @@ struct Sender::Impl {
     return internal::Sha256Hex(bytes.value().data(), bytes.value().size()) == manifest_sha256;
   }
 
-  // An earlier attempt at version published_version+1 died (killed, or a put failed) before this
-  // rank's state said it was published. If its commit is out there, the version is committed:
-  // adopt it (rank 0 first rewrites a commit that does not read back as it should). Otherwise no
-  // receiver can have seen it: remove this rank's leftovers, and the version number is reused.
   // A sender without state (a new or lost state_dir) over a transport that already holds
   // committed versions: its numbering goes on after the newest of them, with a full sync chained
   // to it. Starting again at version 1 would give old version numbers a second meaning:
@@ -397,13 +393,9 @@ struct Sender::Impl {
   Status ContinueAfterStoredVersions() {
     if (!no_state) return Status::OK();
     no_state = false;
-    REFIT_ASSIGN_OR_RAISE(auto keys, transport->List("v"));
-    uint64_t newest = 0;
-    for (const auto& entry : keys) {
-      std::optional<uint64_t> v = VersionOfKey(entry.first);
-      if (v && entry.first == CommitKey(*v)) newest = std::max(newest, *v);
-    }
-    if (newest == 0) return Status::OK();
+    REFIT_ASSIGN_OR_RAISE(std::vector<uint64_t> stored, internal::ListCommits(*transport, 0));
+    if (stored.empty()) return Status::OK();
+    const uint64_t newest = stored.front();
     Log(LogLevel::kWarn, "sender",
         "no sender state in " + state_dir + " but the transport holds versions up to " +
             std::to_string(newest) + ": publishing version " + std::to_string(newest + 1) +
@@ -414,6 +406,10 @@ struct Sender::Impl {
     return Status::OK();
   }
 
+  // An earlier attempt at version published_version+1 died (killed, or a put failed) before this
+  // rank's state said it was published. If its commit is out there, the version is committed:
+  // adopt it (rank 0 first rewrites a commit that does not read back as it should). Otherwise no
+  // receiver can have seen it: remove this rank's leftovers, and the version number is reused.
   Status RecoverUnfinished(SyncStats* stats) {
     const uint64_t version = published_version + 1;
     REFIT_ASSIGN_OR_RAISE(std::optional<uint64_t> commit_size, transport->Size(CommitKey(version)));
@@ -470,11 +466,11 @@ struct Sender::Impl {
   // manifest, and receivers ack only after reading it). Empty when unknown: not checked.
   std::string PublishedCommitSha256(uint64_t version) {
     if (version != published_version) return "";
-    if (rank == 0 && !commit_sha256.empty()) return commit_sha256;
+    if (!commit_sha256.empty()) return commit_sha256;  // rank 0
     if (read_commit_version != version) {
-      auto bytes = internal::GetStable(*transport, CommitKey(version), internal::kMaxControlBytes);
-      if (!bytes.ok()) return "";
-      read_commit_sha256 = internal::Sha256Hex(bytes.value().data(), bytes.value().size());
+      Result<std::string> stored = PrevCommitSha256(version + 1);  // the commit of `version`
+      if (!stored.ok() || stored.value().empty()) return "";
+      read_commit_sha256 = stored.value();
       read_commit_version = version;
     }
     return read_commit_sha256;
