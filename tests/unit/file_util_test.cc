@@ -3,12 +3,17 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "temp_dir_util.h"
 
@@ -136,6 +141,135 @@ TEST_F(FileUtilTest, MappedFileReadsAndWritesThrough) {
   EXPECT_EQ(empty.value()->size(), 0u);
   EXPECT_EQ(MappedFile::Open((dir_ / "nope").string()).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(MappedFile::Open(dir_.string()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A writable mapping of `bytes` bytes (value i % 251 at byte i) under dir.
+std::unique_ptr<MappedFile> PatternFile(const fs::path& dir, uint64_t bytes) {
+  std::string contents(bytes, '\0');
+  for (uint64_t i = 0; i < bytes; ++i) contents[i] = static_cast<char>(i % 251);
+  const std::string path = (dir / "patterned").string();
+  EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
+  auto file = MappedFile::Open(path, /*writable=*/true);
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  return file.ok() ? std::move(file).value() : nullptr;
+}
+
+TEST_F(FileUtilTest, AMappedRangeIsFoundOnlyWhileItsFileIsMappedAndOnlyWhole) {
+  std::unique_ptr<MappedFile> file = PatternFile(dir_, 3 * 4096 + 10);
+  ASSERT_NE(file, nullptr);
+  const uint8_t* data = file->data();
+  FileRange range;
+  ASSERT_TRUE(FindMappedFile(data + 100, 4096, &range));
+  EXPECT_EQ(range.offset, 100u);
+  EXPECT_EQ(range.file_size, file->size());
+  EXPECT_TRUE(range.writable);
+  EXPECT_TRUE(FindMappedFile(data, file->size(), &range));
+  EXPECT_FALSE(FindMappedFile(data + 1, file->size(), &range));  // runs past the end
+  std::vector<uint8_t> heap(64);
+  EXPECT_FALSE(FindMappedFile(heap.data(), heap.size(), &range));
+
+  std::vector<uint8_t> copy(4096);
+  ASSERT_TRUE(FindMappedFile(data + 5000, copy.size(), &range));
+  ASSERT_TRUE(PreadMapped(range, copy.data(), copy.size()).ok());
+  EXPECT_EQ(0, std::memcmp(copy.data(), data + 5000, copy.size()));
+
+  file.reset();
+  EXPECT_FALSE(FindMappedFile(data + 100, 1, &range));
+}
+
+TEST_F(FileUtilTest, AReadPastATruncatedFileIsAnErrorNotACrash) {
+  std::unique_ptr<MappedFile> file = PatternFile(dir_, 2 * 4096);
+  ASSERT_NE(file, nullptr);
+  FileRange range;
+  ASSERT_TRUE(FindMappedFile(file->data() + 4096, 4096, &range));
+  ASSERT_EQ(::truncate((dir_ / "patterned").c_str(), 4096), 0);
+  std::vector<uint8_t> out(4096);
+  Status st = PreadMapped(range, out.data(), out.size());
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.ToString();
+}
+
+// Element overwrites through the file land exactly where stores into memory would, for
+// positions in order, out of order, repeated, far apart (several spans) and at the file's end.
+TEST_F(FileUtilTest, OverwritesThroughTheFileMatchStoresIntoMemory) {
+  constexpr uint64_t kBytes = 4 * 1024 * 1024 + 6;  // not a whole number of pages
+  for (uint32_t elem : {1u, 2u, 4u, 8u}) {
+    std::unique_ptr<MappedFile> file = PatternFile(dir_, kBytes);
+    ASSERT_NE(file, nullptr);
+    const uint64_t n = (kBytes - 2) / elem;  // elements from byte 2 on
+    std::vector<uint8_t> expected(file->data(), file->data() + kBytes);
+    std::vector<uint64_t> positions = {0, 1, 1, 7, 4096, 4095, 300000, n / 2, n - 1};
+    for (uint64_t p = 3; p < n; p += 97 + p % 13) positions.push_back(p);  // dense runs
+    positions.push_back(n - 1);
+    std::vector<uint8_t> values(positions.size() * elem);
+    for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<uint8_t>(k * 7 + elem);
+    for (size_t k = 0; k < positions.size(); ++k) {
+      std::memcpy(expected.data() + 2 + positions[k] * elem, values.data() + k * elem, elem);
+    }
+    Result<bool> written = OverwriteInMappedFile(file->mutable_data() + 2, elem, positions.data(),
+                                                 positions.size(), values.data());
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    EXPECT_TRUE(written.value());
+    // The mapping sees what was written through the file, and so does the file itself.
+    EXPECT_EQ(0, std::memcmp(file->data(), expected.data(), kBytes)) << "elem " << elem;
+    file.reset();
+    EXPECT_EQ(Slurp(dir_ / "patterned"), std::string(expected.begin(), expected.end()));
+  }
+}
+
+TEST_F(FileUtilTest, OverwritesOfMemoryOrAReadOnlyMappingAreLeftToTheCaller) {
+  std::vector<uint8_t> heap(64, 0);
+  const uint64_t position = 3;
+  const uint8_t value = 9;
+  Result<bool> written = OverwriteInMappedFile(heap.data(), 1, &position, 1, &value);
+  ASSERT_TRUE(written.ok());
+  EXPECT_FALSE(written.value());
+  EXPECT_EQ(heap[3], 0);
+
+  ASSERT_NE(PatternFile(dir_, 4096), nullptr);
+  auto ro = MappedFile::Open((dir_ / "patterned").string());
+  ASSERT_TRUE(ro.ok());
+  written =
+      OverwriteInMappedFile(const_cast<uint8_t*>(ro.value()->data()), 1, &position, 1, &value);
+  ASSERT_TRUE(written.ok());
+  EXPECT_FALSE(written.value());
+  EXPECT_EQ(ro.value()->data()[3], 3);
+}
+
+// Threads writing disjoint ranges that share pages never undo each other's changes: a span is
+// read and written back from its first change to its last, never the rest of a page.
+TEST_F(FileUtilTest, OverwritesOfDisjointRangesSharingPagesFromManyThreadsAllLand) {
+  constexpr uint64_t kRangeBytes = 1000;  // ranges cut pages anywhere
+  constexpr size_t kThreads = 8;
+  constexpr uint64_t kRanges = 4000;
+  std::unique_ptr<MappedFile> file = PatternFile(dir_, kRanges * kRangeBytes);
+  ASSERT_NE(file, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t r = t; r < kRanges; r += kThreads) {
+        std::vector<uint64_t> positions;
+        for (uint64_t p = 0; p < kRangeBytes; p += 3) positions.push_back(p);
+        positions.push_back(kRangeBytes - 1);
+        std::vector<uint8_t> values(positions.size(), static_cast<uint8_t>(0xA0 + t));
+        Result<bool> written =
+            OverwriteInMappedFile(file->mutable_data() + r * kRangeBytes, 1, positions.data(),
+                                  positions.size(), values.data());
+        if (!written.ok() || !written.value()) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  for (uint64_t r = 0; r < kRanges; ++r) {
+    const uint8_t* range = file->data() + r * kRangeBytes;
+    for (uint64_t p = 0; p < kRangeBytes; ++p) {
+      const bool changed = p % 3 == 0 || p == kRangeBytes - 1;
+      const uint8_t want = changed ? static_cast<uint8_t>(0xA0 + r % kThreads)
+                                   : static_cast<uint8_t>((r * kRangeBytes + p) % 251);
+      ASSERT_EQ(range[p], want) << "range " << r << " byte " << p;
+    }
+  }
 }
 
 // ConfinedDir, under both resolvers: openat2 where the kernel has it, and the O_NOFOLLOW walk

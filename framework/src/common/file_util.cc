@@ -12,6 +12,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 namespace refit::internal {
@@ -301,19 +304,110 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   return out;
 }
 
-void PrefaultForWrite(uint8_t* begin, uint64_t bytes, uint64_t writes) {
-#ifdef MADV_POPULATE_WRITE
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  // At 4 stores a page a random page is left untouched with probability e^-4 (2%).
-  if (bytes < 16 * page || writes < 4 * (bytes / page)) return;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
-  (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
-#else
-  (void)begin;
-  (void)bytes;
-  (void)writes;
-#endif
+namespace {
+
+// Every live MappedFile by the address of its mapping, for FindMappedFile.
+struct MappedFileEntry {
+  uint64_t size = 0;
+  int fd = -1;
+  bool writable = false;
+};
+std::shared_mutex g_mapped_mu;
+std::map<uintptr_t, MappedFileEntry>& MappedFiles() {
+  static auto* files = new std::map<uintptr_t, MappedFileEntry>();  // never destroyed: used at exit
+  return *files;
+}
+
+// Spans of a patched write: at most this long, and a change this far past the span's last one
+// starts a new span instead of reading and writing the bytes between.
+constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
+constexpr uint64_t kOverwriteGapBytes = 16 << 10;
+
+Status PreadFull(int fd, uint8_t* out, uint64_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, out, std::min(bytes, kMaxWriteChunk), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return Status::IoError(std::string("pread of a mapped file: ") + std::strerror(errno));
+    if (n == 0)
+      return Status::IoError("pread of a mapped file: the file is shorter than its mapping");
+    out += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+Status PwriteFull(int fd, const uint8_t* in, uint64_t bytes, uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, in, std::min(bytes, kMaxWriteChunk), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status::IoError(std::string("pwrite of a mapped file: ") +
+                             (n < 0 ? std::strerror(errno) : "no progress"));
+    }
+    in += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out) {
+  const auto at = reinterpret_cast<uintptr_t>(begin);
+  std::shared_lock<std::shared_mutex> lock(g_mapped_mu);
+  const auto& files = MappedFiles();
+  auto it = files.upper_bound(at);
+  if (it == files.begin()) return false;
+  --it;
+  const uint64_t offset = at - it->first;
+  if (offset > it->second.size || bytes > it->second.size - offset) return false;
+  *out = {it->second.fd, offset, it->second.size, it->second.writable};
+  return true;
+}
+
+Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes) {
+  return PreadFull(file.fd, out, bytes, file.offset);
+}
+
+Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
+                                   uint64_t count, const uint8_t* values) {
+  FileRange file;
+  if (count == 0) return true;
+  const uint64_t first = positions[0] * elem;
+  if (!FindMappedFile(base + first, elem, &file) || !file.writable) return false;
+  const uint64_t base_offset = file.offset - first;  // of base in the file
+  thread_local std::vector<uint8_t> span;
+  if (span.size() < kOverwriteSpanBytes) span.resize(kOverwriteSpanBytes);
+  // A span runs from a change to a change, never further: the bytes between belong to the same
+  // caller's range (a record's box), while other threads may be writing the rest of a shared page.
+  for (uint64_t k = 0; k < count;) {
+    const uint64_t start = base_offset + positions[k] * elem;
+    uint64_t last_end = start + elem;
+    uint64_t end_k = k + 1;
+    // Ascending positions close enough to the previous one join the span while it fits.
+    for (; end_k < count; ++end_k) {
+      const uint64_t at = base_offset + positions[end_k] * elem;
+      if (at < last_end - elem || at > last_end + kOverwriteGapBytes ||
+          at + elem - start > kOverwriteSpanBytes) {
+        break;
+      }
+      last_end = at + elem;
+    }
+    if (last_end > file.file_size)
+      return Status::Internal("patched write past a mapped file's end");
+    const uint64_t end = last_end;
+    REFIT_RETURN_NOT_OK(PreadFull(file.fd, span.data(), end - start, start));
+    for (uint64_t j = k; j < end_k; ++j) {
+      std::memcpy(span.data() + (base_offset + positions[j] * elem - start), values + j * elem,
+                  elem);
+    }
+    REFIT_RETURN_NOT_OK(PwriteFull(file.fd, span.data(), end - start, start));
+    k = end_k;
+  }
+  return true;
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bool writable) {
@@ -340,18 +434,30 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
                         writable ? MAP_SHARED : MAP_PRIVATE, fd.get(), 0);
     if (base == MAP_FAILED) return Status::IoError(path + ": cannot mmap: " + std::strerror(errno));
     file->data_ = static_cast<uint8_t*>(base);
+    file->fd_ = fd.release();
+    std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
+    MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable};
   }
-  return file;  // closing the fd is fine: the mapping keeps the file referenced
+  return file;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  if (data_ != nullptr) {
+    {
+      std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
+      MappedFiles().erase(reinterpret_cast<uintptr_t>(data_));
+    }
+    ::munmap(data_, size_);
+  }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 Status MappedFile::Sync() {
   if (!writable_ || data_ == nullptr) return Status::OK();
-  if (::msync(data_, size_, MS_SYNC) != 0) {
-    return Status::IoError(path_ + ": msync failed: " + std::strerror(errno));
+  // The whole file: its pages are written through the mapping and through pwrite
+  // (OverwriteElements).
+  if (::fdatasync(fd_) != 0) {
+    return Status::IoError(path_ + ": fdatasync failed: " + std::strerror(errno));
   }
   return Status::OK();
 }

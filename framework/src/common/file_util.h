@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "refit/status.h"
 
@@ -114,15 +115,39 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents, bool 
 // "<path>: is a directory").
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 
-// Maps the pages of [begin, begin + bytes) writable ahead of `writes` scattered stores into them,
-// when the stores are dense enough (several per page) that nearly every page would take a write
-// fault anyway: one madvise(MADV_POPULATE_WRITE) costs a fraction of a fault per page (measured:
-// 0.33 s vs 0.64 s for 1 GB of a shared file mapping). Best effort: a kernel or mapping that
-// refuses it only leaves the faults to happen one by one.
-void PrefaultForWrite(uint8_t* begin, uint64_t bytes, uint64_t writes);
+// Reads and writes of a MappedFile's bytes through its file, not its mapping. Touching a page of
+// a file mapping costs a fault the first time a process does it (and a write fault again after
+// writeback cleans it); a copy from the page cache into a buffer the process reuses costs none.
+// Measured on the 2-core VM (docs/benchmarks.md, "Reading and writing through the file"):
+// reading 1 GB through a fresh mapping 0.5 s, writing it 1.5 s, pread 0.12 s, pread + pwrite
+// 0.15-0.17 s. A receiver or sender process that applies one version and exits touches every
+// page of the model once.
+//
+// The file and offset behind [begin, begin + bytes) when the range lies inside one live
+// MappedFile's mapping; false for any other memory (attached tensors, heap buffers).
+struct FileRange {
+  int fd = -1;
+  uint64_t offset = 0;     // of begin in the file
+  uint64_t file_size = 0;  // the mapped size
+  bool writable = false;
+};
+bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out);
+
+// Copies `bytes` of `file` from its offset into `out` (pread).
+Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes);
+
+// When base's elements lie in a writable MappedFile: overwrites `count` elements of `elem` bytes
+// at `positions` (element indices from `base`) with the packed `values` through the file and
+// answers true. The bytes from one change to the next are read, patched and written back in
+// spans (at most 256 KiB; a gap over 16 KiB starts a new one), never past the first and last
+// change: callers on other threads may be writing the rest of a shared page. False, writing
+// nothing, for any other memory: the caller stores into it.
+Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
+                                   uint64_t count, const uint8_t* values);
 
 // A whole regular file mapped into memory. Read-only mappings are private; writable ones are
 // shared, so stores reach the file (Sync() makes them durable). An empty file maps to nullptr.
+// Each keeps its file open and is registered for FindMappedFile while it lives.
 class MappedFile {
  public:
   // NotFound when the file does not exist, Invalid when it is not a regular file (a FIFO is
@@ -146,6 +171,7 @@ class MappedFile {
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   bool writable_ = false;
+  int fd_ = -1;
 };
 
 // A directory held open, under which every path is resolved without following any symlink and

@@ -283,6 +283,10 @@ Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
   return Status::OK();
 }
 
+// A model file at least this many times a record's size is read through the file (below, the
+// per-thread buffer would cost more page faults than the mapping's pages).
+constexpr uint64_t kReadThroughRecords = 16;
+
 // Decodes a record into its verified changes against the target's current bits (read where they
 // are when the box is contiguous, else gathered into scratch): listed by the encoding when it
 // can, else decoded into a scratch copy of the old bits and diffed and digested in one pass.
@@ -297,29 +301,38 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   out->positions.clear();
   out->values.clear();
   Stopwatch decode;
-  // [0, bytes): the decoded copy (when decoded in place); [bytes, 2 bytes): a gathered box.
+  // The old bits when they are copied ([0, bytes): a gathered box, or a model file's bits read
+  // through the file, file_util.h), then the decoded copy when the record is decoded in place.
+  // Only what is used is touched: a fresh page costs a fault.
   const auto need_scratch = [&](uint64_t size) {
     if (scratch.size() < size) scratch.resize(size);
   };
-  const uint8_t* old_bits;
-  if (contiguous) {
-    old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
-    // Its changes will be written where they are: map the pages writable now (dense records),
-    // so neither this read nor those writes fault page by page.
-    PrefaultForWrite(const_cast<uint8_t*>(old_bits), bytes, r.changed);
+  const uint8_t* old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
+  bool copied = true;
+  FileRange file;
+  // The buffer is faulted in once per thread and reused (a fresh page costs more than a file
+  // page read through the mapping): worth it when the file is many records long.
+  if (contiguous && FindMappedFile(old_bits, bytes, &file) &&
+      file.file_size >= kReadThroughRecords * bytes) {
+    need_scratch(bytes);
+    REFIT_RETURN_NOT_OK(
+        PreadMapped(file, scratch.data(), bytes).WithContext(RecordWhere(payload, index)));
+  } else if (!contiguous) {
+    need_scratch(bytes);
+    GatherBox(target.bytes(), target.shape, box, elem, scratch.data());
   } else {
-    need_scratch(2 * bytes);
-    GatherBox(target.bytes(), target.shape, box, elem, scratch.data() + bytes);
-    old_bits = scratch.data() + bytes;
+    copied = false;  // memory: read where it is
   }
+  if (copied) old_bits = scratch.data();
   if (enc.can_decode_changes()) {
     Status listed = ListChanges(payload, index, enc, old_bits, n, decode, out);
     if (listed.code() != StatusCode::kUnsupported) return listed;
     out->positions.clear();
     out->values.clear();
   }
-  need_scratch(bytes);
-  uint8_t* new_bits = scratch.data();
+  need_scratch(copied ? 2 * bytes : bytes);
+  old_bits = copied ? scratch.data() : old_bits;  // the resize may have moved it
+  uint8_t* new_bits = scratch.data() + (copied ? bytes : 0);
   std::memcpy(new_bits, old_bits, bytes);
   REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, new_bits, n));
   out->decode_seconds = decode.Seconds();
@@ -331,26 +344,29 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   return Status::OK();
 }
 
-// Writes a record's verified changes into its target: only the changed elements are touched.
-void WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, uint32_t elem) {
+// Writes a record's verified changes into its target: only the changed elements are touched (a
+// model file's through the file, file_util.h: OverwriteInMappedFile).
+Status WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, uint32_t elem) {
   const uint64_t count = c.positions.size();
   const uint64_t* pos = c.positions.data();
   const uint8_t* values = c.values.data();
   if (BoxIsContiguous(target.shape, box)) {
-    kernels::ScatterOverwrite(target.bytes() + BoxStartElement(target.shape, box) * elem, elem, pos,
-                              count, values);
-    return;
+    uint8_t* base = target.bytes() + BoxStartElement(target.shape, box) * elem;
+    REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, elem, pos, count, values));
+    if (!written) kernels::ScatterOverwrite(base, elem, pos, count, values);
+    return Status::OK();
   }
   for (uint64_t k = 0; k < count; ++k) {
     std::memcpy(target.bytes() + BoxElementIndex(target.shape, box, pos[k]) * elem,
                 values + k * elem, elem);
   }
+  return Status::OK();
 }
 
 // The most bytes of changes held (computed, not yet written) per window of records: two
 // windows are held at once (one being logged while the next is computed). Small enough that a
 // large payload is several windows, so only the last window's log sync is waited for whole.
-constexpr uint64_t kMaxHeldChangeBytes = 32ull << 20;
+constexpr uint64_t kMaxHeldChangeBytes = 8ull << 20;
 
 // What record i's changes will hold once computed, from the count its header declares (records
 // of another receiver shard hold nothing).
@@ -466,18 +482,21 @@ Status LogWindow(const std::string& label, RedoLog& log, const Window& w) {
 }
 
 // Writes a logged (synced) window's changes into the file, then reports its records.
-void WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
+Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
   const size_t count = w.records.size();
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
+  std::vector<Status> failed(count);
   Stopwatch write;
   RunStripes(sink.pool, stripes, [&](size_t k) {
     for (size_t i = k; i < count; i += stripes) {
       const WindowRecord& r = w.records[i];
       if (r.tensor == nullptr || w.changes[i].logged_before) continue;
-      WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
+      failed[i] = WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
     }
   });
   if (stats != nullptr) stats->write_seconds += write.Seconds();
+  // The changes are logged: a failed write leaves the version to the log's replay.
+  for (const Status& st : failed) REFIT_RETURN_NOT_OK(st);
   for (size_t i = 0; i < count; ++i) {
     const WindowRecord& r = w.records[i];
     if (r.tensor == nullptr) continue;
@@ -489,6 +508,7 @@ void WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
     if (sink.coverage != nullptr) sink.coverage->Add(*r.tensor, r.box);
     if (sink.applied) sink.applied(*r.tensor, r.box, r.digest);
   }
+  return Status::OK();
 }
 
 void AddComputeStats(const Window& w, ApplyStats* stats) {
@@ -544,8 +564,7 @@ Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats) {
   }
   LoggedTailPtr tail = std::move(sink.tail);
   REFIT_RETURN_NOT_OK(WaitLogged(tail->syncing, tail->label, stats));
-  WriteWindow(sink, *tail->window, stats);
-  return Status::OK();
+  return WriteWindow(sink, *tail->window, stats);
 }
 
 size_t EarlyWindowCount(const EarlyWindows* early) {
@@ -622,7 +641,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
       });
     }
     // What is logged is also written, even when the next window failed.
-    if (prev_logged) WriteWindow(sink, *prev, stats);
+    if (prev_logged) REFIT_RETURN_NOT_OK(WriteWindow(sink, *prev, stats));
     REFIT_RETURN_NOT_OK(computed);
     if (last) return Status::OK();
     prev_label = payload.label();

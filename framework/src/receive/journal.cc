@@ -535,13 +535,12 @@ Status ReplayEntry(const std::string& path, const std::map<std::string, TensorVi
   }
   // A contiguous box (the common case) maps a position by one addition.
   const bool contiguous = BoxIsContiguous(t.shape, e.box);
-  uint8_t* base = contiguous ? t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size : nullptr;
-  if (contiguous && e.gap_coded()) {
-    PrefaultForWrite(base + positions[0] * e.elem_size,
-                     (positions[e.count - 1] - positions[0] + 1) * e.elem_size, e.count);
-  }
   if (contiguous) {
-    kernels::ScatterOverwrite(base, e.elem_size, positions.data(), e.count, e.values);
+    // A model or baseline file is written through the file (file_util.h).
+    uint8_t* base = t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size;
+    REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, e.elem_size, positions.data(),
+                                                              e.count, e.values));
+    if (!written) kernels::ScatterOverwrite(base, e.elem_size, positions.data(), e.count, e.values);
     return Status::OK();
   }
   for (uint64_t i = 0; i < e.count; ++i) {

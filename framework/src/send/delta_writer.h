@@ -57,7 +57,8 @@ class DeltaWriter {
   void SetChangesSink(ChangesFn fn) { changes_ = std::move(fn); }
 
   // About how many bytes of tensor data will be added (before the first Add): below 1 MiB per
-  // thread, fewer threads are used (their start-up and hand-offs would cost more than they save).
+  // thread, fewer threads are used (their start-up and hand-offs would cost more than they save);
+  // from 8 chunks per thread on, bits in files are read through them (ReadThroughFiles).
   void ExpectBytes(uint64_t bytes);
   Status Add(const SliceSource& slice);
   Status Finish();  // waits for every chunk, flushes the last partial payload
@@ -89,6 +90,10 @@ class DeltaWriter {
   // Compute's steps. The slice's bits for the slot's box: in place when contiguous, else
   // gathered into the slot's scratch (old_bits stays null for a create record).
   void ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits);
+  // Bits lying in a MappedFile are copied into this thread's buffers with pread (the pointers
+  // then name the copies; valid until this thread's next call).
+  static Status ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits,
+                                 const uint8_t** old_bits);
   // Changed positions (and their packed values when `encodes`) and the digest of the new bits;
   // the number of changed elements.
   uint64_t DiffAndDigest(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes,
@@ -115,6 +120,7 @@ class DeltaWriter {
   FlushFn flush_;
   ChangesFn changes_;
   unsigned threads_;
+  bool read_through_files_ = false;
   uint64_t max_in_flight_bytes_ = 0;
   bool prepared_ = false;
   const Encoding* dense_ = nullptr;
