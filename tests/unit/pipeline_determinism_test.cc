@@ -3,8 +3,10 @@
 
 #include "delta_test_util.h"
 #include "offline/delta_internal.h"
+#include "plugins/encoding_cache.h"
 #include "refit/delta.h"
 #include "refit/refit.h"
+#include "send/delta_writer.h"
 
 namespace refit {
 namespace {
@@ -110,6 +112,68 @@ TEST(PipelineDeterminism, MixedChunkSizesAcrossThreadCountsAndApplyThreads) {
       ASSERT_TRUE(applied.ok()) << name << ": " << applied.status().message();
       EXPECT_EQ(work, p.next_bits) << name << " applied on " << threads << " threads";
     }
+  }
+}
+
+// One payload of `p` from a DeltaWriter lent `workspace` (null: its own). flush_fails: the flush
+// refuses the payload, with chunks still in flight on the workers.
+Result<std::vector<uint8_t>> WriteWith(const testing::TensorPair& p, const Registry& registry,
+                                       const std::string& encoding, unsigned threads,
+                                       internal::DeltaWriter::Workspace* workspace,
+                                       bool flush_fails = false) {
+  internal::EncodingCache encodings(registry, nullptr);
+  std::vector<uint8_t> out;
+  internal::DeltaWriter writer(
+      encodings, encoding, 64 << 10, 256 << 10, {},
+      [&](std::vector<uint8_t>&& payload, uint64_t) {
+        if (flush_fails) return Status::IoError("flush refused");
+        out.insert(out.end(), payload.begin(), payload.end());
+        return Status::OK();
+      },
+      threads, workspace);
+  uint64_t model_bytes = 0;
+  for (const TensorView& t : p.next) model_bytes += t.nbytes();
+  writer.ExpectBytes(model_bytes);
+  for (size_t i = 0; i < p.next.size(); ++i) {
+    const TensorView& t = p.next[i];
+    internal::SliceSource src;
+    src.tensor = src.local_tensor = t.name;
+    src.dtype = t.dtype;
+    src.canonical_shape = src.local_shape = t.shape;
+    src.canonical_offset.assign(t.shape.size(), 0);
+    src.local_box = Box{Shape(t.shape.size(), 0), t.shape};
+    src.new_bits = t.bytes();
+    src.old_bits = p.base[i].bytes();
+    REFIT_RETURN_NOT_OK(writer.Add(src));
+  }
+  REFIT_RETURN_NOT_OK(writer.Finish());
+  return out;
+}
+
+// A sender lends one workspace (threads and scratch) to every version's writer: the payloads
+// are those of writers with their own, across thread counts, encodings, and after a writer that
+// failed with chunks in flight.
+TEST(PipelineDeterminism, AWorkspaceLentToSuccessiveWritersChangesNoPayload) {
+  auto registry = LoadRegistry(nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status().message();
+  testing::TensorPair p;
+  p.Add("embed", DType::kBF16, 1'200'000, 0.015, 61);
+  p.Add("norm", DType::kBF16, 512, 0.05, 62);
+  p.Add("proj", DType::kF32, 400'000, 0.01, 63);
+  internal::DeltaWriter::Workspace workspace;
+  for (const std::string encoding : {"indices", "ctx", "auto", "dense"}) {
+    auto own = WriteWith(p, *registry.value(), encoding, 1, nullptr);
+    ASSERT_TRUE(own.ok()) << encoding << ": " << own.status().message();
+    for (unsigned threads : {2u, 4u, 4u, 1u, 3u}) {
+      auto lent = WriteWith(p, *registry.value(), encoding, threads, &workspace);
+      ASSERT_TRUE(lent.ok()) << encoding << ": " << lent.status().message();
+      EXPECT_EQ(own.value(), lent.value()) << encoding << " on " << threads << " threads";
+    }
+    auto failed = WriteWith(p, *registry.value(), encoding, 4, &workspace, /*flush_fails=*/true);
+    EXPECT_EQ(failed.status().code(), StatusCode::kIoError) << encoding;
+    auto after = WriteWith(p, *registry.value(), encoding, 4, &workspace);
+    ASSERT_TRUE(after.ok()) << encoding << ": " << after.status().message();
+    EXPECT_EQ(own.value(), after.value()) << encoding << " after a failed writer";
   }
 }
 

@@ -527,10 +527,44 @@ void AddComputeStats(const Window& w, ApplyStats* stats) {
 }  // namespace
 
 struct EarlyWindows {
-  std::vector<Window> windows;
+  std::vector<std::unique_ptr<Window>> windows;  // a taken one is swapped for a spare
+  WindowStash* stash = nullptr;                  // where they go back when dropped
 };
 
-void EarlyWindowsDeleter::operator()(EarlyWindows* early) const { delete early; }
+struct WindowStash {
+  std::vector<std::unique_ptr<Window>> windows;
+};
+
+void WindowStashDeleter::operator()(WindowStash* stash) const { delete stash; }
+
+WindowStashPtr MakeWindowStash() { return WindowStashPtr(new WindowStash()); }
+
+namespace {
+
+// Two windows are in use at once (one logged, one computed), and those a receiver computed
+// before the commit (receiver.early_bytes): no more than this many are kept.
+constexpr size_t kStashedWindows = 16;
+
+std::unique_ptr<Window> TakeWindow(WindowStash* stash) {
+  if (stash == nullptr || stash->windows.empty()) return std::make_unique<Window>();
+  std::unique_ptr<Window> w = std::move(stash->windows.back());
+  stash->windows.pop_back();
+  return w;
+}
+
+// `w` must be done with: logged, written, its log sync returned.
+void ReturnWindow(WindowStash* stash, std::unique_ptr<Window> w) {
+  if (stash != nullptr && w != nullptr && stash->windows.size() < kStashedWindows) {
+    stash->windows.push_back(std::move(w));
+  }
+}
+
+}  // namespace
+
+void EarlyWindowsDeleter::operator()(EarlyWindows* early) const {
+  for (std::unique_ptr<Window>& w : early->windows) ReturnWindow(early->stash, std::move(w));
+  delete early;
+}
 
 struct LoggedTail {
   // Held by pointer: the log's thread reads the window while it is handed on.
@@ -564,7 +598,10 @@ Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats) {
   }
   LoggedTailPtr tail = std::move(sink.tail);
   REFIT_RETURN_NOT_OK(WaitLogged(tail->syncing, tail->label, stats));
-  return WriteWindow(sink, *tail->window, stats);
+  REFIT_RETURN_NOT_OK(WriteWindow(sink, *tail->window, stats));
+  ReturnWindow(sink.stash, std::move(tail->window));
+  ReturnWindow(sink.stash, std::move(tail->spare));
+  return Status::OK();
 }
 
 size_t EarlyWindowCount(const EarlyWindows* early) {
@@ -576,15 +613,15 @@ namespace {
 // Moves window `index` of `early` into `w` when it was computed over the same records (the
 // boundaries depend only on the payload); records an interrupted attempt logged are skipped.
 bool TakeEarlyWindow(EarlyWindows* early, const std::vector<bool>& logged_before, size_t index,
-                     Window& w) {
+                     std::unique_ptr<Window>& w) {
   if (early == nullptr || index >= early->windows.size()) return false;
-  Window& e = early->windows[index];
-  if (e.first != w.first || e.end != w.end) return false;
+  std::unique_ptr<Window>& e = early->windows[index];
+  if (e->first != w->first || e->end != w->end) return false;
   std::swap(w, e);
-  for (size_t i = w.first; i < w.end; ++i) {
-    w.changes[i - w.first].logged_before = logged_before[i];
+  for (size_t i = w->first; i < w->end; ++i) {
+    w->changes[i - w->first].logged_before = logged_before[i];
   }
-  w.compute_seconds = 0;
+  w->compute_seconds = 0;
   return true;
 }
 
@@ -599,8 +636,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
                    ApplySink& sink, std::vector<uint8_t>& scratch, ApplyStats* stats) {
   RedoLog& log = *sink.journal;
   // Windows are moved by pointer only: the log's thread reads *prev while this one goes on.
-  auto prev = std::make_unique<Window>();
-  auto cur = std::make_unique<Window>();
+  std::unique_ptr<Window> prev, cur;
   std::future<Status> syncing;  // prev's log write and sync
   std::string prev_label = payload.label();
   if (sink.tail != nullptr) {
@@ -609,6 +645,9 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
     cur = std::move(tail->spare);
     syncing = std::move(tail->syncing);
     prev_label = std::move(tail->label);
+  } else {
+    prev = TakeWindow(sink.stash);
+    cur = TakeWindow(sink.stash);
   }
   // Known before this payload's syncs run: the log's ids are not read while it writes (a tail's
   // ids are another payload's).
@@ -627,7 +666,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
     if (!last) {
       cur->first = first;
       cur->end = WindowEnd(payload, checked, first);
-      if (!TakeEarlyWindow(sink.early, logged_before, window_index++, *cur)) {
+      if (!TakeEarlyWindow(sink.early, logged_before, window_index++, cur)) {
         computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, *cur);
         AddComputeStats(*cur, stats);
       }
@@ -643,7 +682,11 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
     // What is logged is also written, even when the next window failed.
     if (prev_logged) REFIT_RETURN_NOT_OK(WriteWindow(sink, *prev, stats));
     REFIT_RETURN_NOT_OK(computed);
-    if (last) return Status::OK();
+    if (last) {
+      ReturnWindow(sink.stash, std::move(prev));
+      ReturnWindow(sink.stash, std::move(cur));
+      return Status::OK();
+    }
     prev_label = payload.label();
     first = cur->end;
     std::swap(prev, cur);
@@ -694,28 +737,30 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
+                                     std::vector<uint8_t>& scratch, WindowStash* stash,
                                      uint64_t* held_bytes) {
   *held_bytes = 0;
   REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
                         CheckRecords(payload, encodings, resolve, max_record_bytes));
   EarlyWindowsPtr early(new EarlyWindows);
+  early->stash = stash;
   ApplySink sink;
   sink.pool = pool;
   sink.threads = threads;
   const std::vector<bool> logged_before(checked.size(), false);
   const std::vector<size_t> order = RecordOrder(payload, pool == nullptr ? 1 : threads);
-  std::vector<uint8_t> scratch;
   for (size_t first = 0; first < checked.size();) {
-    Window w;
-    w.first = first;
-    w.end = WindowEnd(payload, checked, first);
+    const size_t end = WindowEnd(payload, checked, first);
     uint64_t declared = 0;  // what the window will hold
-    for (size_t i = first; i < w.end; ++i) declared += DeclaredChangeBytes(payload, checked, i);
+    for (size_t i = first; i < end; ++i) declared += DeclaredChangeBytes(payload, checked, i);
     if (*held_bytes + declared > max_held_bytes) break;
+    early->windows.push_back(TakeWindow(stash));
+    Window& w = *early->windows.back();
+    w.first = first;
+    w.end = end;
     REFIT_RETURN_NOT_OK(ComputeWindow(payload, checked, logged_before, order, sink, scratch, w));
     *held_bytes += declared;
     first = w.end;
-    early->windows.push_back(std::move(w));
   }
   return early;
 }

@@ -64,6 +64,16 @@ struct LoggedTailDeleter {
 };
 using LoggedTailPtr = std::unique_ptr<LoggedTail, LoggedTailDeleter>;
 
+// Windows of change buffers kept between versions: lent to each version's applies through
+// ApplySink::stash, their pages are faulted in once rather than per version (a fresh page costs
+// ~10 us on the 2-core VM). Opaque outside apply.cc.
+struct WindowStash;
+struct WindowStashDeleter {
+  void operator()(WindowStash* stash) const;
+};
+using WindowStashPtr = std::unique_ptr<WindowStash, WindowStashDeleter>;
+WindowStashPtr MakeWindowStash();
+
 // What the caller hooks into an apply.
 struct ApplySink {
   // Called once, after every record of the payload is validated and before the first byte of a
@@ -98,6 +108,8 @@ struct ApplySink {
   // exit.
   bool defer_last_sync = false;
   LoggedTailPtr tail;
+  // With a journal: where windows are taken from and given back (null: made per apply).
+  WindowStash* stash = nullptr;
 };
 
 // Waits for sink.tail's log sync and writes its changes (nothing to do without a tail). The tail
@@ -113,10 +125,12 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
 // Validates the payload's records like ApplyPayload and computes (decodes and digest-verifies)
 // its windows in order until the next would hold more than `max_held_bytes` of changes; writes
 // nothing. *held_bytes: what the returned windows hold. A record that fails its digest (the
-// payload is not a delta on these bits) fails the whole call.
+// payload is not a delta on these bits) fails the whole call. `scratch` as ApplyPayload's;
+// windows are taken from `stash` (may be null) and go back there when the result is dropped.
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
+                                     std::vector<uint8_t>& scratch, WindowStash* stash,
                                      uint64_t* held_bytes);
 // The windows of `early` (0 for none).
 size_t EarlyWindowCount(const EarlyWindows* early);

@@ -159,6 +159,8 @@ struct Receiver::Impl {
   size_t threads = 1;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
   std::vector<uint8_t> scratch;
+  // The in-place applies' windows of changes, kept from version to version.
+  internal::WindowStashPtr window_stash = internal::MakeWindowStash();
   // Payloads of version early_version (our version + 1) read and computed before its commit
   // (receiver.early_bytes): used by Apply when the manifest names the same bytes. `early_seen`:
   // keys tried (computed, refused or over the budget), not read again for this version.
@@ -447,9 +449,9 @@ struct Receiver::Impl {
     REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
     uint64_t held = 0;
     REFIT_ASSIGN_OR_RAISE(
-        e.windows,
-        internal::ComputeEarly(payload, *encodings, resolve, apply_bytes, pool.get(), threads,
-                               early_bytes - early_held - e.bytes.size(), &held));
+        e.windows, internal::ComputeEarly(payload, *encodings, resolve, apply_bytes, pool.get(),
+                                          threads, early_bytes - early_held - e.bytes.size(),
+                                          scratch, window_stash.get(), &held));
     if (internal::EarlyWindowCount(e.windows.get()) == 0) return Status::OK();
     e.xxh3 = kernels::Digest64(e.bytes.data(), e.bytes.size());
     early_held += held + e.bytes.size();
@@ -788,6 +790,7 @@ struct Receiver::Impl {
       // its first byte is about to change: a version refused before that leaves state, log and
       // model alone.
       internal::ApplySink sink;
+      sink.stash = window_stash.get();
       sink.before_write = [&]() -> Status {
         REFIT_RETURN_NOT_OK(BeginInPlace(c.version, &stats));
         sink.journal = redo.get();

@@ -25,7 +25,8 @@ constexpr uint64_t kMinBytesPerThread = 1 << 20;
 // One chunk in flight: its inputs, reusable scratch, and the encoded result awaiting commit.
 struct DeltaWriter::Slot {
   std::atomic<int> state{kIdle};
-  uint64_t bytes = 0;  // tensor bytes of the chunk
+  DeltaWriter* owner = nullptr;  // the writer that queued it (set before the state says so)
+  uint64_t bytes = 0;            // tensor bytes of the chunk
   std::shared_ptr<const SliceSource> src;
   Box rel;
   // Scratch is overwritten before it is read: no zero-fill when it grows.
@@ -47,27 +48,42 @@ struct DeltaWriter::Slot {
   double encode_seconds = 0;
 };
 
+DeltaWriter::Workspace::Workspace() = default;
+DeltaWriter::Workspace::~Workspace() = default;
+
 DeltaWriter::DeltaWriter(EncodingCache& encodings, std::string encoding, uint64_t chunk_bytes,
                          uint64_t bucket_bytes, Metadata payload_metadata, FlushFn flush,
-                         unsigned threads)
+                         unsigned threads, Workspace* workspace)
     : encodings_(encodings),
       encoding_(std::move(encoding)),
       chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1024)),
       bucket_bytes_(std::max<uint64_t>(bucket_bytes, 1024)),
       builder_(std::move(payload_metadata)),
       flush_(std::move(flush)),
-      threads_(ResolveThreadCount(threads)) {
+      threads_(ResolveThreadCount(threads)),
+      ws_(workspace != nullptr ? workspace : &own_workspace_) {
   // One allocation per payload instead of a reallocation chain while records are appended.
   if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
 }
 
 DeltaWriter::~DeltaWriter() {
-  // After an error: queued chunks are dropped, not computed; running ones finish before the join.
-  for (auto& slot : slots_) {
+  // After an error: queued chunks are dropped, not computed; running ones finish first (they
+  // use this writer). Tasks left in a lent workspace's pool then find no slot queued, or one a
+  // later writer queued, which they compute for that writer (Slot::owner).
+  for (auto& slot : ws_->slots) {
     int queued = kQueued;
     slot->state.compare_exchange_strong(queued, kDone);
   }
-  pool_.reset();
+  if (ws_ == &own_workspace_) {
+    own_workspace_.pool.reset();
+    return;
+  }
+  std::unique_lock<std::mutex> lock(slot_mu_);
+  slot_cv_.wait(lock, [&] {
+    return std::none_of(ws_->slots.begin(), ws_->slots.end(), [](const auto& slot) {
+      return slot->state.load(std::memory_order_acquire) == kRunning;
+    });
+  });
 }
 
 void DeltaWriter::ExpectBytes(uint64_t bytes) {
@@ -93,10 +109,16 @@ Status DeltaWriter::Prepare() {
   // More slots than threads: while the caller commits a finished slot (copying its record into
   // the payload, staging its changes) the others go on with queued ones instead of idling.
   const size_t slots = threads_ > 1 ? kSlotsPerThread * threads_ : 1;
-  for (size_t i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
+  // The caller computes too: threads - 1 workers. A lent workspace made for another thread count
+  // is made again.
+  if (ws_->slots.size() != slots || ws_->pool_threads != threads_ - 1) {
+    ws_->pool.reset();
+    ws_->slots.clear();
+    for (size_t i = 0; i < slots; ++i) ws_->slots.push_back(std::make_unique<Slot>());
+    if (threads_ > 1) ws_->pool = std::make_unique<WorkerPool>(threads_ - 1);
+    ws_->pool_threads = threads_ - 1;
+  }
   max_in_flight_bytes_ = 2 * threads_ * chunk_bytes_;
-  // The caller computes too: threads - 1 workers.
-  if (threads_ > 1) pool_ = std::make_unique<WorkerPool>(threads_ - 1);
   prepared_ = true;
   return Status::OK();
 }
@@ -114,33 +136,35 @@ Status DeltaWriter::Add(const SliceSource& s) {
   for (const Box& chunk : SplitBox(rel, std::max<uint64_t>(chunk_bytes_ / elem, 1))) {
     const uint64_t bytes = BoxElements(chunk) * elem;
     // Commits stay in order: room is made by committing the oldest chunks.
-    while (pending_ == slots_.size() ||
+    while (pending_ == ws_->slots.size() ||
            (pending_ > 0 && in_flight_bytes_ + bytes > max_in_flight_bytes_)) {
       REFIT_RETURN_NOT_OK(CommitOldest());
     }
-    Slot& slot = *slots_[(head_ + pending_) % slots_.size()];
+    Slot& slot = *ws_->slots[(head_ + pending_) % ws_->slots.size()];
     slot.src = src;
     slot.rel = chunk;
     slot.bytes = bytes;
     ++pending_;
     in_flight_bytes_ += bytes;
     Submit(slot);
-    if (!pool_) REFIT_RETURN_NOT_OK(CommitOldest());
+    if (!ws_->pool) REFIT_RETURN_NOT_OK(CommitOldest());
   }
   return Status::OK();
 }
 
 void DeltaWriter::Submit(Slot& slot) {
-  if (!pool_ || slot.bytes < kInlineChunkBytes) {
+  if (!ws_->pool || slot.bytes < kInlineChunkBytes) {
     slot.state.store(kRunning, std::memory_order_relaxed);
     RunClaimed(slot);
     return;
   }
+  // A task may find its slot already taken (by the caller) or even refilled since, by this
+  // writer or a later one lent the same workspace: it then runs whatever that slot holds now if
+  // still queued, for the writer that queued it, else nothing.
+  slot.owner = this;
   slot.state.store(kQueued, std::memory_order_release);
-  // A task may find its slot already taken (by the caller) or even refilled since: it then runs
-  // whatever that slot holds now if still queued, else nothing.
-  pool_->Submit([this, &slot] {
-    if (Claim(slot)) RunClaimed(slot);
+  ws_->pool->Submit([&slot] {
+    if (Claim(slot)) slot.owner->RunClaimed(slot);
   });
 }
 
@@ -161,7 +185,7 @@ void DeltaWriter::Await(Slot& slot) {
   // A worker has it: compute later queued chunks meanwhile instead of sleeping.
   for (size_t k = 1; k < pending_; ++k) {
     if (slot.state.load(std::memory_order_acquire) == kDone) return;
-    Slot& later = *slots_[(head_ + k) % slots_.size()];
+    Slot& later = *ws_->slots[(head_ + k) % ws_->slots.size()];
     if (Claim(later)) RunClaimed(later);
   }
   std::unique_lock<std::mutex> lock(slot_mu_);
@@ -401,9 +425,9 @@ void DeltaWriter::EncodeAuto(Slot& slot, uint64_t dense_bytes) {
 }
 
 Status DeltaWriter::CommitOldest() {
-  Slot& slot = *slots_[head_];
+  Slot& slot = *ws_->slots[head_];
   Await(slot);
-  head_ = (head_ + 1) % slots_.size();
+  head_ = (head_ + 1) % ws_->slots.size();
   --pending_;
   in_flight_bytes_ -= slot.bytes;
   slot.state.store(kIdle, std::memory_order_relaxed);
@@ -421,7 +445,7 @@ void DeltaWriter::TrimScratch(Slot& slot) {
   const uint64_t held = bytes(slot.old_scratch) + bytes(slot.new_scratch) + bytes(slot.positions) +
                         bytes(slot.old_values) + bytes(slot.new_values) + bytes(slot.best) +
                         bytes(slot.trial);
-  if (slots_.size() == 1 || held <= 3 * chunk_bytes_) return;
+  if (ws_->slots.size() == 1 || held <= 3 * chunk_bytes_) return;
   slot.old_scratch = {};
   slot.new_scratch = {};
   slot.positions = {};

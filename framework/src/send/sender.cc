@@ -107,6 +107,8 @@ struct Sender::Impl {
   uint64_t chunk_bytes = 0;
   uint64_t stream_bytes = 0;  // sender.stream_bytes: flush a payload per this much of the model
   unsigned threads = 1;
+  // Lent to every version's DeltaWriter: its threads and scratch are faulted in once.
+  internal::DeltaWriter::Workspace writer_workspace;
   std::vector<std::string> receivers;
   double ack_timeout = 600;
   int64_t full_every = 0;
@@ -1016,7 +1018,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
         manifest.payload_bytes += ref.bytes;
         return putter.Submit(ref.key, std::move(payload));
       },
-      m.threads);
+      m.threads, &m.writer_workspace);
   writer.SetStreamBytes(m.stream_bytes);
   // A delta's changes are kept as they are diffed: the baseline advances by them once acked.
   REFIT_ASSIGN_OR_RAISE(const bool tracked, m.TrackChanges(full, writer));
