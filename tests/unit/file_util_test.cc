@@ -143,6 +143,13 @@ TEST_F(FileUtilTest, MappedFileReadsAndWritesThrough) {
   EXPECT_EQ(MappedFile::Open(dir_.string()).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Small files are registered too while a test lives (by default only those of 16 MiB or more).
+class MappedFileRegistryTest : public FileUtilTest {
+ protected:
+  void SetUp() override { SetMappedFileRegistrationBytesForTesting(1); }
+  void TearDown() override { SetMappedFileRegistrationBytesForTesting(16ull << 20); }
+};
+
 // A writable mapping of `bytes` bytes (value i % 251 at byte i) under dir.
 std::unique_ptr<MappedFile> PatternFile(const fs::path& dir, uint64_t bytes) {
   std::string contents(bytes, '\0');
@@ -154,7 +161,7 @@ std::unique_ptr<MappedFile> PatternFile(const fs::path& dir, uint64_t bytes) {
   return file.ok() ? std::move(file).value() : nullptr;
 }
 
-TEST_F(FileUtilTest, AMappedRangeIsFoundOnlyWhileItsFileIsMappedAndOnlyWhole) {
+TEST_F(MappedFileRegistryTest, AMappedRangeIsFoundOnlyWhileItsFileIsMappedAndOnlyWhole) {
   std::unique_ptr<MappedFile> file = PatternFile(dir_, 3 * 4096 + 10);
   ASSERT_NE(file, nullptr);
   const uint8_t* data = file->data();
@@ -177,7 +184,27 @@ TEST_F(FileUtilTest, AMappedRangeIsFoundOnlyWhileItsFileIsMappedAndOnlyWhole) {
   EXPECT_FALSE(FindMappedFile(data + 100, 1, &range));
 }
 
-TEST_F(FileUtilTest, AReadPastATruncatedFileIsAnErrorNotACrash) {
+TEST_F(FileUtilTest, OnlyLargeMappedFilesAreRegistered) {
+  std::unique_ptr<MappedFile> small = PatternFile(dir_, 4096);
+  ASSERT_NE(small, nullptr);
+  FileRange range;
+  EXPECT_FALSE(FindMappedFile(small->data(), 1, &range));
+  const uint64_t position = 0;
+  const uint8_t value = 'x';
+  Result<bool> written = OverwriteInMappedFile(small->mutable_data(), 1, &position, 1, &value);
+  ASSERT_TRUE(written.ok());
+  EXPECT_FALSE(written.value());   // left to the caller:
+  small->mutable_data()[0] = 'x';  // through the mapping, synced by msync
+  EXPECT_TRUE(small->Sync().ok());
+  small.reset();
+  EXPECT_EQ(Slurp(dir_ / "patterned")[0], 'x');
+
+  std::unique_ptr<MappedFile> large = PatternFile(dir_, 16ull << 20);
+  ASSERT_NE(large, nullptr);
+  EXPECT_TRUE(FindMappedFile(large->data() + 5, 100, &range));
+}
+
+TEST_F(MappedFileRegistryTest, AReadPastATruncatedFileIsAnErrorNotACrash) {
   std::unique_ptr<MappedFile> file = PatternFile(dir_, 2 * 4096);
   ASSERT_NE(file, nullptr);
   FileRange range;
@@ -190,7 +217,7 @@ TEST_F(FileUtilTest, AReadPastATruncatedFileIsAnErrorNotACrash) {
 
 // Element overwrites through the file land exactly where stores into memory would, for
 // positions in order, out of order, repeated, far apart (several spans) and at the file's end.
-TEST_F(FileUtilTest, OverwritesThroughTheFileMatchStoresIntoMemory) {
+TEST_F(MappedFileRegistryTest, OverwritesThroughTheFileMatchStoresIntoMemory) {
   constexpr uint64_t kBytes = 4 * 1024 * 1024 + 6;  // not a whole number of pages
   for (uint32_t elem : {1u, 2u, 4u, 8u}) {
     std::unique_ptr<MappedFile> file = PatternFile(dir_, kBytes);
@@ -216,7 +243,7 @@ TEST_F(FileUtilTest, OverwritesThroughTheFileMatchStoresIntoMemory) {
   }
 }
 
-TEST_F(FileUtilTest, OverwritesOfMemoryOrAReadOnlyMappingAreLeftToTheCaller) {
+TEST_F(MappedFileRegistryTest, OverwritesOfMemoryOrAReadOnlyMappingAreLeftToTheCaller) {
   std::vector<uint8_t> heap(64, 0);
   const uint64_t position = 3;
   const uint8_t value = 9;
@@ -237,7 +264,7 @@ TEST_F(FileUtilTest, OverwritesOfMemoryOrAReadOnlyMappingAreLeftToTheCaller) {
 
 // Threads writing disjoint ranges that share pages never undo each other's changes: a span is
 // read and written back from its first change to its last, never the rest of a page.
-TEST_F(FileUtilTest, OverwritesOfDisjointRangesSharingPagesFromManyThreadsAllLand) {
+TEST_F(MappedFileRegistryTest, OverwritesOfDisjointRangesSharingPagesFromManyThreadsAllLand) {
   constexpr uint64_t kRangeBytes = 1000;  // ranges cut pages anywhere
   constexpr size_t kThreads = 8;
   constexpr uint64_t kRanges = 4000;

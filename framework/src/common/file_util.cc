@@ -313,6 +313,7 @@ struct MappedFileEntry {
   bool writable = false;
 };
 std::shared_mutex g_mapped_mu;
+std::atomic<uint64_t> g_registration_bytes{16ull << 20};
 std::map<uintptr_t, MappedFileEntry>& MappedFiles() {
   static auto* files = new std::map<uintptr_t, MappedFileEntry>();  // never destroyed: used at exit
   return *files;
@@ -434,35 +435,36 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
                         writable ? MAP_SHARED : MAP_PRIVATE, fd.get(), 0);
     if (base == MAP_FAILED) return Status::IoError(path + ": cannot mmap: " + std::strerror(errno));
     file->data_ = static_cast<uint8_t*>(base);
-    file->fd_ = fd.release();
-    std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
-    MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable};
+    if (file->size_ >= g_registration_bytes.load()) {
+      file->fd_ = fd.release();
+      std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
+      MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable};
+    }
   }
-  return file;
+  return file;  // a smaller one's fd is closed: the mapping keeps the file referenced
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) {
-    {
-      std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
-      MappedFiles().erase(reinterpret_cast<uintptr_t>(data_));
-    }
-    ::munmap(data_, size_);
+  if (fd_ >= 0) {
+    std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
+    MappedFiles().erase(reinterpret_cast<uintptr_t>(data_));
   }
+  if (data_ != nullptr) ::munmap(data_, size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
 Status MappedFile::Sync() {
   if (!writable_ || data_ == nullptr) return Status::OK();
-  // The whole file: its pages are written through the mapping and through pwrite
-  // (OverwriteElements).
-  if (::fdatasync(fd_) != 0) {
-    return Status::IoError(path_ + ": fdatasync failed: " + std::strerror(errno));
-  }
+  // The whole file: a registered one's pages are written through the mapping and with pwrite
+  // (OverwriteInMappedFile); msync of a shared mapping syncs the file's range all the same.
+  const int rc = fd_ >= 0 ? ::fdatasync(fd_) : ::msync(data_, size_, MS_SYNC);
+  if (rc != 0) return Status::IoError(path_ + ": sync failed: " + std::strerror(errno));
   return Status::OK();
 }
 
 void SetOpenat2ForTesting(bool enabled) { g_try_openat2.store(enabled); }
+
+void SetMappedFileRegistrationBytesForTesting(uint64_t bytes) { g_registration_bytes.store(bytes); }
 
 Result<std::unique_ptr<ConfinedDir>> ConfinedDir::Open(const std::string& dir, bool create) {
   if (dir.empty()) return Status::Invalid("cannot open a directory with an empty path");

@@ -147,7 +147,9 @@ Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t*
 
 // A whole regular file mapped into memory. Read-only mappings are private; writable ones are
 // shared, so stores reach the file (Sync() makes them durable). An empty file maps to nullptr.
-// Each keeps its file open and is registered for FindMappedFile while it lives.
+// One of at least 16 MiB keeps its file open and is registered for FindMappedFile while it
+// lives (smaller ones gain nothing from it, and a process may map many: an open file each would
+// bring it nearer its descriptor limit).
 class MappedFile {
  public:
   // NotFound when the file does not exist, Invalid when it is not a regular file (a FIFO is
@@ -227,5 +229,7 @@ class ConfinedDir {
 // Tests only: false makes ConfinedDir resolve by its O_NOFOLLOW walk, as on kernels without
 // openat2; true tries openat2 again.
 void SetOpenat2ForTesting(bool enabled);
+// The size from which a MappedFile is registered (FindMappedFile); tests use small files.
+void SetMappedFileRegistrationBytesForTesting(uint64_t bytes);
 
 }  // namespace refit::internal
