@@ -161,6 +161,24 @@ Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
   return WriteLoop(fd, data, len, static_cast<int64_t>(offset), path);
 }
 
+Status ReadAllAt(int fd, uint8_t* out, uint64_t len, uint64_t offset, const std::string& path) {
+  const uint64_t end = offset + len;
+  while (len > 0) {
+    const ssize_t n = ::pread(fd, out, std::min(len, kMaxWriteChunk), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return Status::IoError(Errno("read", path) + " (at byte " + std::to_string(offset) + ")");
+    if (n == 0) {
+      return Status::IoError(path + ": short read: the file ends at byte " +
+                             std::to_string(offset) + ", before byte " + std::to_string(end));
+    }
+    out += n;
+    len -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
 Status FsyncFd(int fd, const std::string& path) {
   if (::fsync(fd) != 0) return Status::IoError(Errno("fsync", path));
   return Status::OK();
@@ -311,6 +329,7 @@ struct MappedFileEntry {
   uint64_t size = 0;
   int fd = -1;
   bool writable = false;
+  const std::string* path = nullptr;  // the MappedFile's own, for error messages
 };
 std::shared_mutex g_mapped_mu;
 std::atomic<uint64_t> g_registration_bytes{16ull << 20};
@@ -324,36 +343,6 @@ std::map<uintptr_t, MappedFileEntry>& MappedFiles() {
 constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
 constexpr uint64_t kOverwriteGapBytes = 16 << 10;
 
-Status PreadFull(int fd, uint8_t* out, uint64_t bytes, uint64_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, out, std::min(bytes, kMaxWriteChunk), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return Status::IoError(std::string("pread of a mapped file: ") + std::strerror(errno));
-    if (n == 0)
-      return Status::IoError("pread of a mapped file: the file is shorter than its mapping");
-    out += n;
-    bytes -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
-Status PwriteFull(int fd, const uint8_t* in, uint64_t bytes, uint64_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, in, std::min(bytes, kMaxWriteChunk), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Status::IoError(std::string("pwrite of a mapped file: ") +
-                             (n < 0 ? std::strerror(errno) : "no progress"));
-    }
-    in += n;
-    bytes -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out) {
@@ -365,19 +354,19 @@ bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out) {
   --it;
   const uint64_t offset = at - it->first;
   if (offset > it->second.size || bytes > it->second.size - offset) return false;
-  *out = {it->second.fd, offset, it->second.size, it->second.writable};
+  *out = {it->second.fd, offset, it->second.size, it->second.writable, it->second.path};
   return true;
 }
 
 Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes) {
-  return PreadFull(file.fd, out, bytes, file.offset);
+  return ReadAllAt(file.fd, out, bytes, file.offset, *file.path);
 }
 
 Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
                                    uint64_t count, const uint8_t* values) {
-  FileRange file;
   if (count == 0) return true;
   const uint64_t first = positions[0] * elem;
+  FileRange file;
   if (!FindMappedFile(base + first, elem, &file) || !file.writable) return false;
   const uint64_t base_offset = file.offset - first;  // of base in the file
   thread_local std::vector<uint8_t> span;
@@ -397,15 +386,15 @@ Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t*
       }
       last_end = at + elem;
     }
-    if (last_end > file.file_size)
-      return Status::Internal("patched write past a mapped file's end");
-    const uint64_t end = last_end;
-    REFIT_RETURN_NOT_OK(PreadFull(file.fd, span.data(), end - start, start));
+    if (last_end > file.file_size) {
+      return Status::Internal(*file.path + ": patched write past the mapped file's end");
+    }
+    REFIT_RETURN_NOT_OK(ReadAllAt(file.fd, span.data(), last_end - start, start, *file.path));
     for (uint64_t j = k; j < end_k; ++j) {
       std::memcpy(span.data() + (base_offset + positions[j] * elem - start), values + j * elem,
                   elem);
     }
-    REFIT_RETURN_NOT_OK(PwriteFull(file.fd, span.data(), end - start, start));
+    REFIT_RETURN_NOT_OK(WriteAllAt(file.fd, span.data(), last_end - start, start, *file.path));
     k = end_k;
   }
   return true;
@@ -438,7 +427,8 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
     if (file->size_ >= g_registration_bytes.load()) {
       file->fd_ = fd.release();
       std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
-      MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable};
+      MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable,
+                                                                 &file->path_};
     }
   }
   return file;  // a smaller one's fd is closed: the mapping keeps the file referenced

@@ -56,6 +56,9 @@ Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& pa
 // The same at a file offset (pwrite), the file position untouched.
 Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
                   const std::string& path);
+// Reads exactly `len` bytes at `offset` (pread, retried on EINTR and short reads); an IoError
+// naming `path` when the file ends first or the read fails.
+Status ReadAllAt(int fd, uint8_t* out, uint64_t len, uint64_t offset, const std::string& path);
 
 // fsync of an open file.
 Status FsyncFd(int fd, const std::string& path);
@@ -130,6 +133,7 @@ struct FileRange {
   uint64_t offset = 0;     // of begin in the file
   uint64_t file_size = 0;  // the mapped size
   bool writable = false;
+  const std::string* path = nullptr;  // valid while the MappedFile lives
 };
 bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out);
 

@@ -141,18 +141,6 @@ bool ParseEntry(const uint8_t* body, uint64_t len, EntryView* e) {
          r.Bytes(e->count * e->elem_size, &e->values) && r.Done();
 }
 
-Status ReadExactly(int fd, uint64_t offset, uint8_t* buf, uint64_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return Status::IoError(path + ": short read");
-    buf += got;
-    n -= static_cast<uint64_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return Status::OK();
-}
-
 std::string Header(uint64_t version, const std::string& boot_id) {
   std::string h;
   Put(h, kMagic, 4);
@@ -173,14 +161,14 @@ Result<uint64_t> ForEachEntry(int fd, const std::string& path, uint64_t from, ui
   std::vector<uint8_t> body;
   while (size - at >= kEntryPrefixBytes) {
     uint8_t prefix[kEntryPrefixBytes];
-    REFIT_RETURN_NOT_OK(ReadExactly(fd, at, prefix, kEntryPrefixBytes, path));
+    REFIT_RETURN_NOT_OK(ReadAllAt(fd, prefix, kEntryPrefixBytes, at, path));
     uint32_t len;
     uint64_t digest;
     std::memcpy(&len, prefix, 4);
     std::memcpy(&digest, prefix + 4, 8);
     if (len > kMaxEntryBytes || size - at - kEntryPrefixBytes < len) break;  // torn tail
     body.resize(len);
-    REFIT_RETURN_NOT_OK(ReadExactly(fd, at + kEntryPrefixBytes, body.data(), len, path));
+    REFIT_RETURN_NOT_OK(ReadAllAt(fd, body.data(), len, at + kEntryPrefixBytes, path));
     if (kernels::Digest64(body.data(), len) != digest) break;  // torn tail
     REFIT_RETURN_NOT_OK(fn(at, body.data(), static_cast<uint64_t>(len)));
     at += kEntryPrefixBytes + len;
@@ -232,7 +220,7 @@ Result<std::unique_ptr<RedoLog>> RedoLog::Open(const std::string& path, bool dur
   if (log->size_ >= kHeaderBytes) {
     std::string h(kHeaderBytes, '\0');
     REFIT_RETURN_NOT_OK(
-        ReadExactly(log->fd_, 0, reinterpret_cast<uint8_t*>(h.data()), kHeaderBytes, path));
+        ReadAllAt(log->fd_, reinterpret_cast<uint8_t*>(h.data()), kHeaderBytes, 0, path));
     uint64_t digest;
     std::memcpy(&digest, h.data() + kHeaderBytes - 8, 8);
     valid = std::memcmp(h.data(), kMagic, 4) == 0 &&
@@ -436,7 +424,7 @@ Status RedoLog::LoadTail() {
   }
   buffer_size_ = tail + staged;
   tail_bytes_ = tail;
-  return tail == 0 ? Status::OK() : ReadExactly(fd_, size_ - tail, buffer_.get(), tail, path_);
+  return tail == 0 ? Status::OK() : ReadAllAt(fd_, buffer_.get(), tail, size_ - tail, path_);
 }
 
 void RedoLog::UseDirectWrites() {
