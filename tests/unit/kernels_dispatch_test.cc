@@ -3,13 +3,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "refit/kernels/buffer.h"
 #include "refit/kernels/diff.h"
 #include "refit/kernels/dispatch.h"
 
@@ -229,6 +232,63 @@ TEST(KernelDispatch, UninitVectorKeepsContentsAcrossGrowth) {
   for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(v[i], i * 7);
   UninitVector<uint8_t> bytes(3, 9);  // an explicit value is still honoured
   EXPECT_EQ(bytes, (UninitVector<uint8_t>{9, 9, 9}));
+}
+
+// Whether this kernel offers transparent huge pages to regions advised for them.
+bool HugePagesOnAdvice() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(f, modes);
+  return modes.find("[always]") != std::string::npos ||
+         modes.find("[madvise]") != std::string::npos;
+}
+
+// The smaps entry of the mapping holding `p`: whether the kernel would back it by huge pages.
+bool MappingIsHugePageEligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's first line
+      inside = at >= lo && at < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return line.find('1') != std::string::npos;
+    }
+  }
+  return false;
+}
+
+// Large scratch is mapped on its own, 2 MiB aligned and advised for huge pages; small scratch
+// comes from the heap as before; growth across the threshold keeps what was written.
+TEST(KernelDispatch, LargeUninitVectorsAreHugePageAlignedAndKeepContents) {
+  UninitVector<uint8_t> small(kHugeBufferBytes - 1);
+  UninitVector<uint64_t> v(1000);
+  for (uint64_t i = 0; i < v.size(); ++i) v[i] = i * 11;
+  v.resize(kHugeBufferBytes / sizeof(uint64_t) + 3);  // crosses the threshold: mapped
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kHugeBufferBytes, 0u);
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(v[i], i * 11);
+  v.back() = 5;  // the last element of a size not a multiple of 2 MiB is inside the mapping
+  v.resize(10);
+  v.shrink_to_fit();  // back under the threshold: from the heap again
+  EXPECT_EQ(v[9], 99u);
+  if (!HugePagesOnAdvice()) GTEST_SKIP() << "this kernel offers no transparent huge pages";
+  UninitVector<uint8_t> big(3 * kHugeBufferBytes);
+  EXPECT_TRUE(MappingIsHugePageEligible(big.data()));
+  EXPECT_TRUE(MappingIsHugePageEligible(big.data() + big.size() - 1));
+}
+
+// Capacity reserved for a std::vector is advised for huge pages where whole 2 MiB pages lie.
+TEST(KernelDispatch, CapacityReservedWithHugePagesIsEligible) {
+  std::vector<uint8_t> v(100, 7);
+  ReserveWithHugePages(v, 8 * kHugeBufferBytes);
+  ASSERT_GE(v.capacity(), 8 * kHugeBufferBytes);
+  EXPECT_EQ(v, std::vector<uint8_t>(100, 7));
+  const uint8_t* capacity = v.data();
+  ReserveWithHugePages(v, 10);  // enough room already: nothing moves
+  EXPECT_EQ(v.data(), capacity);
+  if (!HugePagesOnAdvice()) GTEST_SKIP() << "this kernel offers no transparent huge pages";
+  EXPECT_TRUE(MappingIsHugePageEligible(v.data() + 4 * kHugeBufferBytes));
 }
 
 // REFIT_KERNELS forces the level (ctest runs this binary's kernel tests once per level name).

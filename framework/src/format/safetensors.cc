@@ -12,6 +12,7 @@
 
 #include "common/file_util.h"
 #include "common/text_util.h"
+#include "refit/kernels/buffer.h"
 
 namespace refit {
 namespace {
@@ -437,7 +438,7 @@ Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>&
   // Appended piece by piece into reserved capacity: every byte is written once (a sized vector
   // would be zero-filled first, a second pass over payloads of many MB).
   std::vector<uint8_t> out;
-  out.reserve(static_cast<size_t>(total));
+  kernels::ReserveWithHugePages(out, static_cast<size_t>(total));
   out.insert(out.end(), layout.header.begin(), layout.header.end());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const uint64_t nbytes = tensors[i].nbytes();

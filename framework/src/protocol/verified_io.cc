@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "refit/kernels/buffer.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -49,6 +50,7 @@ Status PutVerified(Transport& transport, const std::string& key, const uint8_t* 
 
 Status GetVerified(Transport& transport, const std::string& key, uint64_t size, uint64_t xxh3,
                    std::vector<uint8_t>& out, int attempts) {
+  kernels::ReserveWithHugePages(out, size);
   out.resize(size);
   Status last;
   for (int i = 0; i < attempts; ++i) {

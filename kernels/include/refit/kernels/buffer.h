@@ -1,11 +1,18 @@
-// Scratch vectors without zero-fill.
+// Scratch vectors without zero-fill, large ones backed by transparent huge pages.
 //
 // std::vector<T>::resize value-initializes (zeroes) every new element: one extra write pass over
 // scratch that is always overwritten before it is read (positions, encode buffers). With this
 // allocator resize default-initializes instead, which for trivial types leaves the bytes as they
 // are; everything else (growth, copies, data()) is std::vector's.
+//
+// A buffer of kHugeBufferBytes or more is mapped on its own, 2 MiB aligned, and advised for
+// transparent huge pages: a fresh buffer then costs one page fault per 2 MiB instead of one per
+// 4 KiB. Refit's buffers are mostly fresh (a process per version, a payload per bucket), and
+// where page faults are dear (a guest under shadow paging: ~10 us a 4 KiB page) the faults, not
+// the copies, were the cost of a large buffer (docs/benchmarks.md, "Huge pages").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -15,9 +22,30 @@
 
 namespace refit::kernels {
 
+// Buffers at least this large are mapped on their own and advised for huge pages.
+inline constexpr size_t kHugeBufferBytes = size_t{2} << 20;
+
+// `bytes` (>= kHugeBufferBytes) of fresh, uninitialized memory, 2 MiB aligned, advised for
+// transparent huge pages (where the kernel offers them). Throws std::bad_alloc when out of memory.
+void* AllocateHugeBuffer(size_t bytes);
+// Releases what AllocateHugeBuffer(bytes) returned.
+void FreeHugeBuffer(void* p, size_t bytes) noexcept;
+// Advises the whole 2 MiB pages inside [p, p + bytes) of memory allocated elsewhere (a
+// std::vector's reserved capacity) for transparent huge pages, before it is first written.
+void AdviseHugePages(void* p, size_t bytes) noexcept;
+
+// Grows v's capacity to at least n elements; capacity it allocates is advised for huge pages.
+template <typename Vector>
+void ReserveWithHugePages(Vector& v, size_t n) {
+  if (v.capacity() >= n) return;
+  v.reserve(n);
+  AdviseHugePages(v.data(), v.capacity() * sizeof(typename Vector::value_type));
+}
+
 template <typename T>
 class DefaultInitAllocator : public std::allocator<T> {
  public:
+  using value_type = T;
   template <typename U>
   struct rebind {
     using other = DefaultInitAllocator<U>;
@@ -25,6 +53,16 @@ class DefaultInitAllocator : public std::allocator<T> {
   DefaultInitAllocator() noexcept = default;
   template <typename U>
   DefaultInitAllocator(const DefaultInitAllocator<U>& /*other*/) noexcept {}  // NOLINT
+
+  T* allocate(size_t n) {
+    if (n >= kHugeBufferBytes / sizeof(T))
+      return static_cast<T*>(AllocateHugeBuffer(n * sizeof(T)));
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (n >= kHugeBufferBytes / sizeof(T)) return FreeHugeBuffer(p, n * sizeof(T));
+    std::allocator<T>::deallocate(p, n);
+  }
 
   // resize(n) / vector(n): default-initialize (no zeroing for trivial types).
   template <typename U>

@@ -1,0 +1,52 @@
+// Huge-page-backed buffers (buffer.h).
+#include "refit/kernels/buffer.h"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace refit::kernels {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+size_t RoundUpToHugePage(size_t bytes) { return (bytes + kHugePage - 1) & ~(kHugePage - 1); }
+
+}  // namespace
+
+void* AllocateHugeBuffer(size_t bytes) {
+  const size_t size = RoundUpToHugePage(bytes);
+  // Over-map by one huge page and trim both ends: the kernel aligns a mapping to 4 KiB only.
+  void* raw =
+      ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const uintptr_t tail = aligned + size;
+  const uintptr_t end = start + size + kHugePage;
+  if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
+#ifdef MADV_HUGEPAGE
+  // Advice only: a kernel without transparent huge pages leaves 4 KiB pages, which still work.
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+#endif
+  return reinterpret_cast<void*>(aligned);
+}
+
+void FreeHugeBuffer(void* p, size_t bytes) noexcept {
+  if (p != nullptr) ::munmap(p, RoundUpToHugePage(bytes));
+}
+
+void AdviseHugePages(void* p, size_t bytes) noexcept {
+#ifdef MADV_HUGEPAGE
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  const uintptr_t end = (start + bytes) & ~(uintptr_t{kHugePage} - 1);
+  if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace refit::kernels
