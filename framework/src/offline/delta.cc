@@ -101,7 +101,7 @@ Result<ApplyStats> ApplyDeltaOnThreads(const std::vector<uint8_t>& payload,
   for (TensorView& t : views) by_name[t.name] = &t;
   EncodingCache encodings(registry, config);
   ApplyStats stats;
-  std::vector<uint8_t> scratch;
+  ApplyScratch scratch;
   ApplySink sink;
   std::unique_ptr<WorkerPool> pool;
   threads = ResolveThreadCount(threads);

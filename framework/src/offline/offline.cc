@@ -138,7 +138,7 @@ Result<ApplyStats> ApplyFile(const std::string& base_path, const std::string& de
       std::map<std::string, TensorView*> by_name;
       for (TensorView& t : tensors) by_name[t.name] = &t;
       internal::EncodingCache encodings(registry, config);
-      std::vector<uint8_t> scratch;
+      internal::ApplyScratch scratch;
       st = internal::ApplyPayload(
           delta, encodings,
           ReportingResolver(internal::CanonicalResolver(by_name), delta, progress), UINT64_MAX,

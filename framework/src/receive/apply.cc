@@ -86,7 +86,7 @@ Status DigestMismatch(const Payload& payload, size_t index, uint64_t got) {
 // Decodes a record straight into the target (through scratch when its box is not contiguous)
 // and verifies the digest of the result.
 Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, TensorView& target,
-                    const Box& box, std::vector<uint8_t>& scratch) {
+                    const Box& box, ApplyScratch& scratch) {
   const RecordHeader& r = payload.records()[index];
   const uint32_t elem = SizeOf(r.dtype);
   const uint64_t n = BoxElements(box);
@@ -161,7 +161,7 @@ struct StripeQueue {
 };
 
 void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked,
-                 StripeQueue& queue, ApplySink* sink, std::mutex& mu, std::vector<uint8_t>& scratch,
+                 StripeQueue& queue, ApplySink* sink, std::mutex& mu, ApplyScratch& scratch,
                  StripeResult* out) {
   const auto& records = payload.records();
   for (size_t k = queue.next.fetch_add(1); k < queue.order.size(); k = queue.next.fetch_add(1)) {
@@ -237,14 +237,26 @@ void RunStripes(WorkerPool* pool, size_t stripes, Fn&& fn) {
 }
 
 // One record's effect on its target, computed and verified but not yet written: the positions
-// (box-relative) of the elements it changes and their new bits.
+// (box-relative) of the elements it changes and their new bits. Listed changes (decode_changes)
+// are in the record's slice of its window's buffers; a record decoded in place diffs into its own.
 struct RecordChanges {
-  kernels::PositionList positions;
-  kernels::ValueList values;
+  const uint64_t* positions = nullptr;  // `count` of them, ascending
+  const uint8_t* values = nullptr;      // packed, elem bytes each
+  uint64_t count = 0;
+  uint64_t* listed_positions = nullptr;  // room for the changes the header declares
+  uint8_t* listed_values = nullptr;
+  kernels::PositionList own_positions;  // a record decoded in place (not listed)
+  kernels::ValueList own_values;
   bool logged_before = false;  // an interrupted attempt logged it: replayed, not applied again
   double decode_seconds = 0;
   double verify_seconds = 0;
 };
+
+// Room for the changes a record's header declares (a payload coding more is refused), at most its
+// element count.
+uint64_t ListCapacity(const RecordHeader& r, uint64_t n) {
+  return std::min<uint64_t>(r.changed, n);
+}
 
 // The encoding lists the record's changes against the old bits (decode_changes), which are then
 // verified by digesting the old bits with the changes patched in, block by block in cache: one
@@ -255,25 +267,24 @@ Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
   const RecordHeader& r = payload.records()[index];
   const uint32_t elem = SizeOf(r.dtype);
   // Room for the changes the header declares (a payload coding more is refused), at most n.
-  const uint64_t capacity = std::min<uint64_t>(r.changed, n);
-  out->positions.resize(capacity);
-  out->values.resize(capacity * elem);
+  const uint64_t capacity = ListCapacity(r, n);
   // Read only: decode_changes never writes the target.
   const refit_decode_target_t old = RecordTarget(r, const_cast<uint8_t*>(old_bits), n);
   refit_decoded_changes_t listed{};
   listed.struct_size = sizeof(listed);
   listed.capacity = capacity;
-  listed.positions = out->positions.data();
-  listed.values = out->values.data();
+  listed.positions = out->listed_positions;
+  listed.values = out->listed_values;
   Status st = enc.DecodeChanges(payload.record_bytes(r), r.data_end - r.data_begin, old, &listed);
   if (!st.ok())
     return st.code() == StatusCode::kUnsupported ? st : st.WithContext(RecordWhere(payload, index));
-  out->positions.resize(listed.count);
-  out->values.resize(listed.count * elem);
+  out->positions = out->listed_positions;
+  out->values = out->listed_values;
+  out->count = listed.count;
   out->decode_seconds = decode.Seconds();
   Stopwatch verify;
-  const kernels::PatchedDigest pd = kernels::DigestPatched(old_bits, n, elem, out->positions.data(),
-                                                           listed.count, out->values.data());
+  const kernels::PatchedDigest pd =
+      kernels::DigestPatched(old_bits, n, elem, out->positions, out->count, out->values);
   out->verify_seconds = verify.Seconds();
   if (!pd.positions_valid) {
     return Status::Internal(RecordWhere(payload, index) + ": encoding '" + enc.name() +
@@ -291,15 +302,14 @@ constexpr uint64_t kReadThroughRecords = 16;
 // are when the box is contiguous, else gathered into scratch): listed by the encoding when it
 // can, else decoded into a scratch copy of the old bits and diffed and digested in one pass.
 Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
-                      const TensorView& target, const Box& box, std::vector<uint8_t>& scratch,
+                      const TensorView& target, const Box& box, ApplyScratch& scratch,
                       RecordChanges* out) {
   const RecordHeader& r = payload.records()[index];
   const uint32_t elem = SizeOf(r.dtype);
   const uint64_t n = BoxElements(box);
   const uint64_t bytes = n * elem;
   const bool contiguous = BoxIsContiguous(target.shape, box);
-  out->positions.clear();
-  out->values.clear();
+  out->count = 0;
   Stopwatch decode;
   // The old bits when they are copied ([0, bytes): a gathered box, or a model file's bits read
   // through the file, file_util.h), then the decoded copy when the record is decoded in place.
@@ -327,8 +337,7 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   if (enc.can_decode_changes()) {
     Status listed = ListChanges(payload, index, enc, old_bits, n, decode, out);
     if (listed.code() != StatusCode::kUnsupported) return listed;
-    out->positions.clear();
-    out->values.clear();
+    out->count = 0;
   }
   need_scratch(copied ? 2 * bytes : bytes);
   old_bits = copied ? scratch.data() : old_bits;  // the resize may have moved it
@@ -338,7 +347,10 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   out->decode_seconds = decode.Seconds();
   Stopwatch verify;
   const kernels::DiffDigest dd = kernels::DiffPositionsAndDigest(
-      old_bits, new_bits, n, elem, &out->positions, {nullptr, &out->values});
+      old_bits, new_bits, n, elem, &out->own_positions, {nullptr, &out->own_values});
+  out->positions = out->own_positions.data();
+  out->values = out->own_values.data();
+  out->count = out->own_positions.size();
   out->verify_seconds = verify.Seconds();
   if (dd.digest != r.digest) return DigestMismatch(payload, index, dd.digest);
   return Status::OK();
@@ -347,9 +359,9 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
 // Writes a record's verified changes into its target: only the changed elements are touched (a
 // model file's through the file, file_util.h: OverwriteInMappedFile).
 Status WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, uint32_t elem) {
-  const uint64_t count = c.positions.size();
-  const uint64_t* pos = c.positions.data();
-  const uint8_t* values = c.values.data();
+  const uint64_t count = c.count;
+  const uint64_t* pos = c.positions;
+  const uint8_t* values = c.values;
   if (BoxIsContiguous(target.shape, box)) {
     uint8_t* base = target.bytes() + BoxStartElement(target.shape, box) * elem;
     REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, elem, pos, count, values));
@@ -404,6 +416,10 @@ struct Window {
   size_t first = 0;
   size_t end = 0;
   std::vector<RecordChanges> changes;
+  // The listed changes of every record, each in its slice: two buffers per window, reused from
+  // window to window, rather than two fresh ones per record.
+  kernels::PositionList listed_positions;
+  kernels::ValueList listed_values;
   std::vector<WindowRecord> records;  // filled when the window is staged to the log
   double compute_seconds = 0;
 };
@@ -413,20 +429,55 @@ std::string LogId(const std::string& label, size_t index) {
   return label + "#" + std::to_string(index);
 }
 
+// Gives each record of the window that the receiver lists (decode_changes) its slice of the
+// window's buffers, as large as its header declares.
+void CutListSlices(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                   const std::vector<bool>& logged_before, Window& w) {
+  const auto listed = [&](size_t i) {
+    return checked[i].tensor != nullptr && !logged_before[i] &&
+           checked[i].encoding->can_decode_changes();
+  };
+  uint64_t positions = 0, value_bytes = 0;
+  for (size_t i = w.first; i < w.end; ++i) {
+    if (!listed(i)) continue;
+    const RecordHeader& r = payload.records()[i];
+    const uint64_t capacity = ListCapacity(r, BoxElements(checked[i].box));
+    positions += capacity;
+    value_bytes += capacity * SizeOf(r.dtype);
+  }
+  w.listed_positions.resize(positions);
+  w.listed_values.resize(value_bytes);
+  positions = value_bytes = 0;
+  for (size_t i = w.first; i < w.end; ++i) {
+    RecordChanges& c = w.changes[i - w.first];
+    c.listed_positions = nullptr;
+    c.listed_values = nullptr;
+    if (!listed(i)) continue;
+    const RecordHeader& r = payload.records()[i];
+    const uint64_t capacity = ListCapacity(r, BoxElements(checked[i].box));
+    c.listed_positions = w.listed_positions.data() + positions;
+    c.listed_values = w.listed_values.data() + value_bytes;
+    positions += capacity;
+    value_bytes += capacity * SizeOf(r.dtype);
+  }
+}
+
 // Decodes and verifies a window's records in parallel stripes (into scratch, nothing written).
 Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& checked,
                      const std::vector<bool>& logged_before,
                      const std::vector<size_t>& payload_order, ApplySink& sink,
-                     std::vector<uint8_t>& scratch, Window& w) {
+                     ApplyScratch& scratch, Window& w) {
   // Each window's buffers are reused (fresh ones cost a kernel page clear per 4 KiB).
   if (w.changes.size() < w.end - w.first) w.changes.resize(w.end - w.first);
   for (size_t i = 0; i < w.end - w.first; ++i) {
     RecordChanges& c = w.changes[i];
-    c.positions.clear();
-    c.values.clear();
+    c.count = 0;
+    c.own_positions.clear();
+    c.own_values.clear();
     c.logged_before = false;
     c.decode_seconds = c.verify_seconds = 0;
   }
+  CutListSlices(payload, checked, logged_before, w);
   std::vector<Status> failures(w.end - w.first);
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
   // Each stripe takes the next record, largest first: records differ in size by 1000x.
@@ -437,8 +488,8 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
   std::atomic<size_t> next{0};
   Stopwatch compute;
   RunStripes(sink.pool, stripes, [&](size_t k) {
-    thread_local std::vector<uint8_t> worker_scratch;
-    std::vector<uint8_t>& own = k == 0 ? scratch : worker_scratch;
+    thread_local ApplyScratch worker_scratch;
+    ApplyScratch& own = k == 0 ? scratch : worker_scratch;
     for (size_t at = next.fetch_add(1); at < order.size(); at = next.fetch_add(1)) {
       const size_t i = order[at];
       const CheckedRecord& c = checked[i];
@@ -476,7 +527,7 @@ Status LogWindow(const std::string& label, RedoLog& log, const Window& w) {
     const RecordChanges& c = w.changes[i];
     if (r.tensor == nullptr || c.logged_before) continue;
     REFIT_RETURN_NOT_OK(log.Stage(LogId(label, w.first + i), r.tensor->name, r.box, r.elem,
-                                  c.positions.data(), c.positions.size(), c.values.data()));
+                                  c.positions, c.count, c.values));
   }
   return log.Flush();
 }
@@ -633,7 +684,7 @@ bool TakeEarlyWindow(EarlyWindows* early, const std::vector<bool>& logged_before
 // sink.defer_last_sync the last window is left in sink.tail, and a tail left by the previous
 // payload is window "-1" here.
 Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
-                   ApplySink& sink, std::vector<uint8_t>& scratch, ApplyStats* stats) {
+                   ApplySink& sink, ApplyScratch& scratch, ApplyStats* stats) {
   RedoLog& log = *sink.journal;
   // Windows are moved by pointer only: the log's thread reads *prev while this one goes on.
   std::unique_ptr<Window> prev, cur;
@@ -696,7 +747,7 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
 }  // namespace
 
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
-                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
+                    uint64_t max_record_bytes, ApplyScratch& scratch, ApplyStats* stats,
                     ApplySink* sink) {
   REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
                         CheckRecords(payload, encodings, resolve, max_record_bytes));
@@ -719,7 +770,7 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   StripeQueue queue;
   queue.order = RecordOrder(payload, stripes);
   RunStripes(pool, stripes, [&](size_t k) {
-    thread_local std::vector<uint8_t> worker_scratch;
+    thread_local ApplyScratch worker_scratch;
     ApplyStripe(payload, checked, queue, sink, mu, k == 0 ? scratch : worker_scratch, &results[k]);
   });
   const StripeResult* failed = nullptr;
@@ -737,7 +788,7 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
-                                     std::vector<uint8_t>& scratch, WindowStash* stash,
+                                     ApplyScratch& scratch, WindowStash* stash,
                                      uint64_t* held_bytes) {
   *held_bytes = 0;
   REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,

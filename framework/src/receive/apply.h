@@ -11,9 +11,13 @@
 #include "common/box.h"
 #include "format/wire.h"
 #include "plugins/encoding_cache.h"
+#include "refit/kernels/buffer.h"
 #include "refit/receiver.h"
 
 namespace refit::internal {
+
+// A thread's record buffer while applying: reused, never zero-filled (buffer.h).
+using ApplyScratch = kernels::UninitVector<uint8_t>;
 
 // Where a record lands: a box (same extent as the record's) of a writable local tensor. The
 // receiver's layout decides; for canonical (hf) receivers it is the record's own box.
@@ -119,7 +123,7 @@ Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats);
 // Validates every record of a payload (target, dtype, box, cap, encoding), then decodes, applies
 // and digest-verifies each: a payload refused for its structure changes nothing.
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
-                    uint64_t max_record_bytes, std::vector<uint8_t>& scratch, ApplyStats* stats,
+                    uint64_t max_record_bytes, ApplyScratch& scratch, ApplyStats* stats,
                     ApplySink* sink = nullptr);
 
 // Validates the payload's records like ApplyPayload and computes (decodes and digest-verifies)
@@ -130,7 +134,7 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
-                                     std::vector<uint8_t>& scratch, WindowStash* stash,
+                                     ApplyScratch& scratch, WindowStash* stash,
                                      uint64_t* held_bytes);
 // The windows of `early` (0 for none).
 size_t EarlyWindowCount(const EarlyWindows* early);

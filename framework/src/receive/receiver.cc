@@ -158,7 +158,7 @@ struct Receiver::Impl {
   std::unique_ptr<internal::WorkerPool> prefetcher = std::make_unique<internal::WorkerPool>(1);
   size_t threads = 1;
   std::string prefetched;  // key of the verified payload payload_buffer holds, if any
-  std::vector<uint8_t> scratch;
+  internal::ApplyScratch scratch;
   // The in-place applies' windows of changes, kept from version to version.
   internal::WindowStashPtr window_stash = internal::MakeWindowStash();
   // Payloads of version early_version (our version + 1) read and computed before its commit

@@ -650,7 +650,7 @@ struct Sender::Impl {
       if (redo->bytes() > log_bytes)
         REFIT_RETURN_NOT_OK(internal::ReplayInto(*redo, baseline->tensors(), log_bytes));
     }
-    std::vector<uint8_t> scratch;
+    internal::ApplyScratch scratch;
     std::vector<uint8_t> bytes;
     for (const PayloadRef& p : m.payloads) {
       REFIT_RETURN_NOT_OK(internal::GetVerified(*out, p.key, p.bytes, p.xxh3, bytes)
