@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/worker_pool.h"
 #include "delta_test_util.h"
 #include "format/wire.h"
@@ -160,6 +162,68 @@ TEST(LoggedApply, RecordsDeclaringMoreChangesThanTheyCodeAcrossWindowsAreBitExac
       EXPECT_TRUE(t.bits == p.next_bits) << encoding << (threads ? " on 3 threads" : "");
     }
   }
+}
+
+// A full sync into a large model file is decoded into scratch and written through the file
+// (ApplyInPlace: a fresh page of the shared mapping would cost a fault per 4 KiB); nothing is
+// written unless the record's digest holds, and a delta's records read their old bits first.
+TEST(LoggedApply, RecordsInALargeModelFileAreWrittenThroughItOnlyOnceVerified) {
+  const testing::TensorPair p = MixedTensors();
+  testing::ScopedTempDir dir("logged_apply");
+  SetMappedFileRegistrationBytesForTesting(1);
+  // Tensors laid out back to back, then room enough for the file to be 16 records long.
+  std::string contents;
+  for (const std::vector<uint8_t>& b : p.base_bits) contents.append(b.begin(), b.end());
+  contents.append(16 * contents.size(), '\x5a');
+  const std::string path = (dir.path() / "model").string();
+  ASSERT_TRUE(WriteFileAtomic(path, contents).ok());
+  std::unique_ptr<MappedFile> file = MappedFile::Open(path, /*writable=*/true).value();
+  std::vector<TensorView> views = p.base;
+  uint64_t at = 0;
+  for (TensorView& v : views) {
+    v.data = file->mutable_data() + at;
+    at += v.nbytes();
+  }
+  auto registry = LoadRegistry(nullptr).value();
+  DeltaOptions full;
+  full.encoding = "dense";
+  full.threads = 1;
+  const std::vector<TensorView> nothing;
+  const std::vector<uint8_t> full_sync =
+      EncodeDelta(nothing, p.next, full, *registry, nullptr).value();
+  const auto apply = [&](const std::vector<uint8_t>& bytes) {
+    Payload payload = Payload::Parse(bytes.data(), bytes.size(), kLabel).value();
+    std::map<std::string, TensorView*> by_name;
+    for (TensorView& v : views) by_name[v.name] = &v;
+    EncodingCache encodings(*registry, nullptr);
+    ApplyScratch scratch;
+    ApplyStats stats;
+    return ApplyPayload(payload, encodings, CanonicalResolver(by_name), uint64_t{1} << 30, scratch,
+                        &stats, nullptr);
+  };
+  const auto file_holds = [&](const std::vector<std::vector<uint8_t>>& bits) {
+    std::string now(at, '\0');
+    std::ifstream(path, std::ios::binary).read(now.data(), static_cast<std::streamsize>(at));
+    std::string want;
+    for (const std::vector<uint8_t>& b : bits) want.append(b.begin(), b.end());
+    return now == want;
+  };
+  // A forged digest on every record: refused, the file as it was.
+  const std::vector<uint8_t> forged =
+      EditRecords(full_sync, [](RecordHeader& h) { h.digest ^= 1; });
+  Status st = apply(forged);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+  EXPECT_TRUE(file_holds(p.base_bits)) << "a record failing its digest was written";
+  // The full sync, then a delta back to the base (xor records read their old bits).
+  ASSERT_TRUE(apply(full_sync).ok());
+  EXPECT_TRUE(file_holds(p.next_bits));
+  DeltaOptions back;
+  back.encoding = "xor";
+  back.threads = 1;
+  ASSERT_TRUE(apply(EncodeDelta(p.next, p.base, back, *registry, nullptr).value()).ok());
+  EXPECT_TRUE(file_holds(p.base_bits));
+  file.reset();
+  SetMappedFileRegistrationBytesForTesting(16ull << 20);
 }
 
 // With defer_last_sync a payload's last window is left logged (its sync running) and unwritten;

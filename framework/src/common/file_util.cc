@@ -362,6 +362,11 @@ Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes) {
   return ReadAllAt(file.fd, out, bytes, file.offset, *file.path);
 }
 
+Status PwriteMapped(const FileRange& file, const uint8_t* data, uint64_t bytes) {
+  if (!file.writable) return Status::Internal(*file.path + ": written through a read-only mapping");
+  return WriteAllAt(file.fd, data, bytes, file.offset, *file.path);
+}
+
 Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
                                    uint64_t count, const uint8_t* values) {
   if (count == 0) return true;

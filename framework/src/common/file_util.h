@@ -139,6 +139,8 @@ bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out);
 
 // Copies `bytes` of `file` from its offset into `out` (pread).
 Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes);
+// Writes `bytes` of `data` to `file` at its offset (pwrite); the file must be writable.
+Status PwriteMapped(const FileRange& file, const uint8_t* data, uint64_t bytes);
 
 // When base's elements lie in a writable MappedFile: overwrites `count` elements of `elem` bytes
 // at `positions` (element indices from `base`) with the packed `values` through the file and

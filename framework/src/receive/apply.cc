@@ -83,8 +83,31 @@ Status DigestMismatch(const Payload& payload, size_t index, uint64_t got) {
                          ")");
 }
 
-// Decodes a record straight into the target (through scratch when its box is not contiguous)
-// and verifies the digest of the result.
+// A model file at least this many times a record's size is read and written through the file
+// (below, the per-thread buffer would cost more page faults than the mapping's pages).
+constexpr uint64_t kReadThroughRecords = 16;
+
+// Decodes a record into scratch and writes it through its model file (file_util.h): a fresh page
+// of a shared mapping costs a fault per 4 KiB, which a full sync into a new model file pays for
+// every page. The old bits are read first unless the record overwrites every element; nothing
+// is written unless the digest holds.
+Status ApplyThroughFile(const Payload& payload, size_t index, const Encoding& enc,
+                        const FileRange& file, uint64_t n, ApplyScratch& scratch) {
+  const RecordHeader& r = payload.records()[index];
+  const uint64_t bytes = n * SizeOf(r.dtype);
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  if (r.op != REFIT_OP_OVERWRITE || r.changed != n) {
+    REFIT_RETURN_NOT_OK(
+        PreadMapped(file, scratch.data(), bytes).WithContext(RecordWhere(payload, index)));
+  }
+  REFIT_RETURN_NOT_OK(DecodeRecord(payload, index, enc, scratch.data(), n));
+  const uint64_t digest = kernels::Digest64(scratch.data(), bytes);
+  if (digest != r.digest) return DigestMismatch(payload, index, digest);
+  return PwriteMapped(file, scratch.data(), bytes).WithContext(RecordWhere(payload, index));
+}
+
+// Decodes a record straight into the target (through scratch when its box is not contiguous, or
+// lies in a large model file) and verifies the digest of the result.
 Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, TensorView& target,
                     const Box& box, ApplyScratch& scratch) {
   const RecordHeader& r = payload.records()[index];
@@ -92,6 +115,12 @@ Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, T
   const uint64_t n = BoxElements(box);
   const bool contiguous = BoxIsContiguous(target.shape, box);
   uint8_t* bits;
+  FileRange file;
+  if (contiguous &&
+      FindMappedFile(target.bytes() + BoxStartElement(target.shape, box) * elem, n * elem, &file) &&
+      file.writable && file.file_size >= kReadThroughRecords * n * elem) {
+    return ApplyThroughFile(payload, index, enc, file, n, scratch);
+  }
   if (contiguous) {
     bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
   } else {
@@ -293,10 +322,6 @@ Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
   if (pd.digest != r.digest) return DigestMismatch(payload, index, pd.digest);
   return Status::OK();
 }
-
-// A model file at least this many times a record's size is read through the file (below, the
-// per-thread buffer would cost more page faults than the mapping's pages).
-constexpr uint64_t kReadThroughRecords = 16;
 
 // Decodes a record into its verified changes against the target's current bits (read where they
 // are when the box is contiguous, else gathered into scratch): listed by the encoding when it
