@@ -591,8 +591,13 @@ struct Receiver::Impl {
     bool first = true;
     for (const Manifest& m : manifests) {
       for (const PayloadRef& p : m.payloads) {
-        if (p.bytes > apply_bytes) continue;       // refused with its own error when applied
-        if (EarlyMatches(m.version, p)) continue;  // read and verified before the commit
+        if (p.bytes > apply_bytes) continue;  // refused with its own error when applied
+        if (EarlyMatches(m.version, p)) {     // read and verified before the commit
+          // Applied first: the payload after it is fetched while it is applied, once (fetched
+          // here too, its buffer would go to this one's bytes and it would be read again).
+          first = false;
+          continue;
+        }
         if (first || verify_payloads_first) {
           REFIT_RETURN_NOT_OK(FetchPayload(m.version, p));
           prefetched = p.key;
