@@ -215,31 +215,62 @@ TEST_F(MappedFileRegistryTest, AReadPastATruncatedFileIsAnErrorNotACrash) {
   EXPECT_EQ(st.code(), StatusCode::kIoError) << st.ToString();
 }
 
+// A registered file is warm only once its mapping is populated for reading, until it is
+// unmapped; an unregistered one has nothing to populate.
+TEST_F(MappedFileRegistryTest, AFileIsWarmOnceItsMappingIsPopulatedForReading) {
+  std::unique_ptr<MappedFile> file = PatternFile(dir_, 3 * 4096 + 10);
+  ASSERT_NE(file, nullptr);
+  FileRange range;
+  ASSERT_TRUE(FindMappedFile(file->data(), 4096, &range));
+  EXPECT_FALSE(range.warm);
+  ASSERT_TRUE(file->PopulateForReading().ok());
+  ASSERT_TRUE(FindMappedFile(file->data() + 4096, 4096, &range));
+  EXPECT_TRUE(range.warm) << "a kernel before 5.14 lacks MADV_POPULATE_READ";
+  EXPECT_EQ(range.offset, 4096u);
+  const uint8_t* data = file->data();
+  file.reset();
+  EXPECT_FALSE(FindMappedFile(data, 4096, &range));
+  file = PatternFile(dir_, 3 * 4096 + 10);  // mapped anew: cold again
+  ASSERT_TRUE(FindMappedFile(file->data(), 4096, &range));
+  EXPECT_FALSE(range.warm);
+
+  SetMappedFileRegistrationBytesForTesting(16ull << 20);
+  std::unique_ptr<MappedFile> small = PatternFile(dir_, 4096);
+  EXPECT_TRUE(small->PopulateForReading().ok());
+  EXPECT_FALSE(FindMappedFile(small->data(), 1, &range));
+}
+
 // Element overwrites through the file land exactly where stores into memory would, for
-// positions in order, out of order, repeated, far apart (several spans) and at the file's end.
+// positions in order, out of order, repeated, far apart (several spans) and at the file's end;
+// with the mapping populated (the spans are read from it) as without.
 TEST_F(MappedFileRegistryTest, OverwritesThroughTheFileMatchStoresIntoMemory) {
   constexpr uint64_t kBytes = 4 * 1024 * 1024 + 6;  // not a whole number of pages
-  for (uint32_t elem : {1u, 2u, 4u, 8u}) {
-    std::unique_ptr<MappedFile> file = PatternFile(dir_, kBytes);
-    ASSERT_NE(file, nullptr);
-    const uint64_t n = (kBytes - 2) / elem;  // elements from byte 2 on
-    std::vector<uint8_t> expected(file->data(), file->data() + kBytes);
-    std::vector<uint64_t> positions = {0, 1, 1, 7, 4096, 4095, 300000, n / 2, n - 1};
-    for (uint64_t p = 3; p < n; p += 97 + p % 13) positions.push_back(p);  // dense runs
-    positions.push_back(n - 1);
-    std::vector<uint8_t> values(positions.size() * elem);
-    for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<uint8_t>(k * 7 + elem);
-    for (size_t k = 0; k < positions.size(); ++k) {
-      std::memcpy(expected.data() + 2 + positions[k] * elem, values.data() + k * elem, elem);
+  for (const bool warm : {false, true}) {
+    for (uint32_t elem : {1u, 2u, 4u, 8u}) {
+      std::unique_ptr<MappedFile> file = PatternFile(dir_, kBytes);
+      ASSERT_NE(file, nullptr);
+      if (warm) {
+        ASSERT_TRUE(file->PopulateForReading().ok());
+      }
+      const uint64_t n = (kBytes - 2) / elem;  // elements from byte 2 on
+      std::vector<uint8_t> expected(file->data(), file->data() + kBytes);
+      std::vector<uint64_t> positions = {0, 1, 1, 7, 4096, 4095, 300000, n / 2, n - 1};
+      for (uint64_t p = 3; p < n; p += 97 + p % 13) positions.push_back(p);  // dense runs
+      positions.push_back(n - 1);
+      std::vector<uint8_t> values(positions.size() * elem);
+      for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<uint8_t>(k * 7 + elem);
+      for (size_t k = 0; k < positions.size(); ++k) {
+        std::memcpy(expected.data() + 2 + positions[k] * elem, values.data() + k * elem, elem);
+      }
+      Result<bool> written = OverwriteInMappedFile(file->mutable_data() + 2, elem, positions.data(),
+                                                   positions.size(), values.data());
+      ASSERT_TRUE(written.ok()) << written.status().ToString();
+      EXPECT_TRUE(written.value());
+      // The mapping sees what was written through the file, and so does the file itself.
+      EXPECT_EQ(0, std::memcmp(file->data(), expected.data(), kBytes)) << "elem " << elem;
+      file.reset();
+      EXPECT_EQ(Slurp(dir_ / "patterned"), std::string(expected.begin(), expected.end()));
     }
-    Result<bool> written = OverwriteInMappedFile(file->mutable_data() + 2, elem, positions.data(),
-                                                 positions.size(), values.data());
-    ASSERT_TRUE(written.ok()) << written.status().ToString();
-    EXPECT_TRUE(written.value());
-    // The mapping sees what was written through the file, and so does the file itself.
-    EXPECT_EQ(0, std::memcmp(file->data(), expected.data(), kBytes)) << "elem " << elem;
-    file.reset();
-    EXPECT_EQ(Slurp(dir_ / "patterned"), std::string(expected.begin(), expected.end()));
   }
 }
 

@@ -5,6 +5,7 @@
 // written.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -224,6 +225,110 @@ TEST(LoggedApply, RecordsInALargeModelFileAreWrittenThroughItOnlyOnceVerified) {
   EXPECT_TRUE(file_holds(p.base_bits));
   file.reset();
   SetMappedFileRegistrationBytesForTesting(16ull << 20);
+}
+
+// Bytes this process read with read(2)/pread(2) so far (/proc/self/io rchar, every thread); -1
+// where the kernel does not account them.
+int64_t BytesReadByThisProcess() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return -1;
+}
+
+// The tensors of `p` back to back in a registered writable mapped file under `dir`, 16 times
+// their size long (read and written through the file); `views` point into it.
+struct LargeModelFile {
+  std::unique_ptr<MappedFile> file;
+  std::vector<TensorView> views;
+  uint64_t tensor_bytes = 0;
+
+  LargeModelFile(const std::vector<std::vector<uint8_t>>& bits, std::vector<TensorView> tensors,
+                 const std::string& path)
+      : views(std::move(tensors)) {
+    SetMappedFileRegistrationBytesForTesting(1);
+    std::string contents;
+    for (const std::vector<uint8_t>& b : bits) contents.append(b.begin(), b.end());
+    tensor_bytes = contents.size();
+    contents.append(15 * tensor_bytes, '\x5a');
+    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
+    file = MappedFile::Open(path, /*writable=*/true).value();
+    uint64_t at = 0;
+    for (TensorView& v : views) {
+      v.data = file->mutable_data() + at;
+      at += v.nbytes();
+    }
+  }
+  ~LargeModelFile() {
+    file.reset();
+    SetMappedFileRegistrationBytesForTesting(16ull << 20);
+  }
+  bool Holds(const std::vector<std::vector<uint8_t>>& bits) const {
+    uint64_t at = 0;
+    for (const std::vector<uint8_t>& b : bits) {
+      if (std::memcmp(file->data() + at, b.data(), b.size()) != 0) return false;
+      at += b.size();
+    }
+    return true;
+  }
+};
+
+// A model file whose mapping is populated for reading (a long-lived receiver's, after two
+// versions) is read in place: a logged apply of a delta reads nothing with read(2) and lands
+// bit-exact, where the same apply into a cold file reads every record's old bits with pread.
+// The sender's diff against a warm baseline reads nothing either, and its payload is the same.
+TEST(LoggedApply, AWarmModelFileIsReadInPlace) {
+  testing::TensorPair p;
+  for (int i = 0; i < 12; ++i) {
+    p.Add("t" + std::to_string(i), i % 3 == 0 ? DType::kF32 : DType::kBF16, 50000 + 17 * i, 0.02,
+          400 + i);
+  }
+  const std::vector<uint8_t> delta = EncodeWith(p, "ctx");
+  std::vector<uint8_t> cold_payload;
+  for (const bool warm : {false, true}) {
+    SCOPED_TRACE(warm ? "warm" : "cold");
+    testing::ScopedTempDir dir("logged_apply");
+    LargeModelFile model(p.base_bits, p.base, (dir.path() / "model").string());
+    if (warm) {
+      ASSERT_TRUE(model.file->PopulateForReading().ok());
+    }
+    FileRange range;
+    ASSERT_TRUE(FindMappedFile(model.views[0].data, 1, &range));
+    if (warm && !range.warm) GTEST_SKIP() << "no MADV_POPULATE_READ (Linux < 5.14)";
+
+    auto registry = LoadRegistry(nullptr).value();
+    DeltaOptions opt;
+    opt.encoding = "ctx";
+    opt.threads = 1;
+    opt.chunk_bytes = 16 << 10;  // the file is many chunks long: read through it when cold
+    int64_t before = BytesReadByThisProcess();
+    Result<std::vector<uint8_t>> encoded =
+        EncodeDelta(model.views, p.next, opt, *registry, nullptr);
+    const int64_t encode_read = BytesReadByThisProcess() - before;
+    ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+    if (!warm) cold_payload = *encoded;
+    EXPECT_TRUE(*encoded == cold_payload) << "the payload depends on how the baseline was read";
+
+    LoggedApply t(p, dir.path().string());
+    t.views = model.views;
+    before = BytesReadByThisProcess();
+    Status st = t.Apply(delta);
+    const int64_t apply_read = BytesReadByThisProcess() - before;
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(model.Holds(p.next_bits)) << "not bit-exact";
+    if (before < 0) continue;
+    const auto tensor_bytes = static_cast<int64_t>(model.tensor_bytes);
+    if (warm) {
+      EXPECT_LT(encode_read, tensor_bytes / 10) << "the diff copied the warm baseline out";
+      EXPECT_LT(apply_read, tensor_bytes / 10) << "the apply copied the warm model out";
+    } else {
+      EXPECT_GE(encode_read, tensor_bytes) << "the diff read the cold baseline in place";
+      EXPECT_GE(apply_read, tensor_bytes) << "the apply read the cold model in place";
+    }
+  }
 }
 
 // With defer_last_sync a payload's last window is left logged (its sync running) and unwritten;

@@ -329,6 +329,7 @@ struct MappedFileEntry {
   uint64_t size = 0;
   int fd = -1;
   bool writable = false;
+  bool warm = false;
   const std::string* path = nullptr;  // the MappedFile's own, for error messages
 };
 std::shared_mutex g_mapped_mu;
@@ -354,7 +355,8 @@ bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out) {
   --it;
   const uint64_t offset = at - it->first;
   if (offset > it->second.size || bytes > it->second.size - offset) return false;
-  *out = {it->second.fd, offset, it->second.size, it->second.writable, it->second.path};
+  *out = {it->second.fd,       offset,          it->second.size,
+          it->second.writable, it->second.warm, it->second.path};
   return true;
 }
 
@@ -394,7 +396,11 @@ Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t*
     if (last_end > file.file_size) {
       return Status::Internal(*file.path + ": patched write past the mapped file's end");
     }
-    REFIT_RETURN_NOT_OK(ReadAllAt(file.fd, span.data(), last_end - start, start, *file.path));
+    if (file.warm) {  // its pages are mapped: no copy through the kernel
+      std::memcpy(span.data(), base + (start - base_offset), last_end - start);
+    } else {
+      REFIT_RETURN_NOT_OK(ReadAllAt(file.fd, span.data(), last_end - start, start, *file.path));
+    }
     for (uint64_t j = k; j < end_k; ++j) {
       std::memcpy(span.data() + (base_offset + positions[j] * elem - start), values + j * elem,
                   elem);
@@ -433,7 +439,7 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bo
       file->fd_ = fd.release();
       std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
       MappedFiles()[reinterpret_cast<uintptr_t>(file->data_)] = {file->size_, file->fd_, writable,
-                                                                 &file->path_};
+                                                                 false, &file->path_};
     }
   }
   return file;  // a smaller one's fd is closed: the mapping keeps the file referenced
@@ -454,6 +460,21 @@ Status MappedFile::Sync() {
   // (OverwriteInMappedFile); msync of a shared mapping syncs the file's range all the same.
   const int rc = fd_ >= 0 ? ::fdatasync(fd_) : ::msync(data_, size_, MS_SYNC);
   if (rc != 0) return Status::IoError(path_ + ": sync failed: " + std::strerror(errno));
+  return Status::OK();
+}
+
+Status MappedFile::PopulateForReading() {
+  if (data_ == nullptr || fd_ < 0) return Status::OK();  // unregistered: read in place already
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
+#endif
+  if (::madvise(data_, size_, MADV_POPULATE_READ) != 0) {
+    if (errno == EINVAL) return Status::OK();  // an older kernel: pread stays
+    return Status::IoError(path_ + ": cannot map its pages for reading: " + std::strerror(errno));
+  }
+  std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
+  auto it = MappedFiles().find(reinterpret_cast<uintptr_t>(data_));
+  if (it != MappedFiles().end()) it->second.warm = true;
   return Status::OK();
 }
 

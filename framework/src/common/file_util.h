@@ -133,6 +133,9 @@ struct FileRange {
   uint64_t offset = 0;     // of begin in the file
   uint64_t file_size = 0;  // the mapped size
   bool writable = false;
+  // The process populated the mapping for reading (MappedFile::PopulateForReading): its pages are
+  // read where they are, with no fault and no copy.
+  bool warm = false;
   const std::string* path = nullptr;  // valid while the MappedFile lives
 };
 bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out);
@@ -172,6 +175,13 @@ class MappedFile {
   uint64_t size() const { return size_; }
   // msync of a writable mapping (whole file); a no-op for a read-only one.
   Status Sync();
+  // Maps every page of the file for reading (MADV_POPULATE_READ, one pass), after which
+  // FindMappedFile reports it warm and readers read it in place instead of copying it out with
+  // pread: for a process that reads the file version after version (a long-lived sender's
+  // baseline, `refit recv --follow`'s model); a process that reads it once keeps pread. Writes
+  // through the file leave the pages mapped. A kernel without MADV_POPULATE_READ (before 5.14)
+  // leaves the file as it was.
+  Status PopulateForReading();
 
  private:
   MappedFile() = default;

@@ -353,6 +353,10 @@ const TensorView* SafetensorsFile::Find(const std::string& name) const {
 
 Status SafetensorsFile::Sync() { return mapping_ != nullptr ? mapping_->Sync() : Status::OK(); }
 
+Status SafetensorsFile::PopulateForReading() {
+  return mapping_ != nullptr ? mapping_->PopulateForReading() : Status::OK();
+}
+
 // ------------------------------------------------------------------------------------ writing
 
 Result<SafetensorsLayout> PlanSafetensors(const std::vector<TensorView>& tensors,

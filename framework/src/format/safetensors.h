@@ -52,6 +52,8 @@ class SafetensorsFile {
 
   // msync a writable mapping (whole file).
   Status Sync();
+  // MappedFile::PopulateForReading of the file's mapping (none for FromBuffer).
+  Status PopulateForReading();
 
  private:
   SafetensorsFile() = default;

@@ -346,8 +346,9 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   bool copied = true;
   FileRange file;
   // The buffer is faulted in once per thread and reused (a fresh page costs more than a file
-  // page read through the mapping): worth it when the file is many records long.
-  if (contiguous && FindMappedFile(old_bits, bytes, &file) &&
+  // page read through the mapping): worth it when the file is many records long and its
+  // mapping is not populated already.
+  if (contiguous && FindMappedFile(old_bits, bytes, &file) && !file.warm &&
       file.file_size >= kReadThroughRecords * bytes) {
     need_scratch(bytes);
     REFIT_RETURN_NOT_OK(

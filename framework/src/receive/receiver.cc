@@ -139,6 +139,8 @@ struct Receiver::Impl {
   std::string failed_error;
   uint64_t abandoned = 0;  // never tried again; a full sync was asked for
   std::unique_ptr<SafetensorsFile> model;
+  const SafetensorsFile* warmed_model = nullptr;  // WarmModel: the one populated
+  uint64_t applied_in_process = 0;
   // Attached (Receiver::Attach): the model is caller-owned memory and there is no model file.
   bool attached = false;
   std::vector<TensorView> attached_views;
@@ -401,6 +403,18 @@ struct Receiver::Impl {
     REFIT_ASSIGN_OR_RAISE(std::vector<internal::LocalSlice> slices,
                           internal::MapLocalTensors(*layout, internal::SpecsOf(tensors)));
     return internal::SliceResolver(std::move(slices), by_name, /*skip_foreign=*/true);
+  }
+
+  // A process that applied two versions applies version after version (`refit recv --follow`,
+  // an engine's receiver): the model file's mapping is populated once, and each later version
+  // reads its old bits in place rather than copying them out with pread
+  // (MappedFile::PopulateForReading). A full sync's new file is populated at the next version.
+  void WarmModel() {
+    if (model == nullptr || model.get() == warmed_model || ++applied_in_process < 2) return;
+    warmed_model = model.get();
+    if (Status st = model->PopulateForReading(); !st.ok()) {
+      Log(LogLevel::kWarn, "receiver", st.message() + " (the model is read with pread)");
+    }
   }
 
   void DropEarly() {
@@ -835,6 +849,7 @@ struct Receiver::Impl {
     ack_checked = true;
     // After the ack: a due checkpoint does not delay the sender.
     REFIT_RETURN_NOT_OK(MaybeCheckpoint(internal::CheckpointWhen::kDue));
+    WarmModel();
     stats.commit_seconds = commit.Seconds();
     stats.total_seconds = total.Seconds();
     return stats;

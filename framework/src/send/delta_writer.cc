@@ -275,7 +275,8 @@ Status DeltaWriter::ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits,
   thread_local kernels::UninitVector<uint8_t> old_read;
   const auto read = [bytes](const uint8_t** bits, kernels::UninitVector<uint8_t>& buffer) {
     FileRange file;
-    if (!FindMappedFile(*bits, bytes, &file)) return Status::OK();
+    // A populated mapping (a long-lived sender's baseline) is read where it is.
+    if (!FindMappedFile(*bits, bytes, &file) || file.warm) return Status::OK();
     if (buffer.size() < bytes) buffer.resize(bytes);
     REFIT_RETURN_NOT_OK(PreadMapped(file, buffer.data(), bytes));
     *bits = buffer.data();

@@ -142,6 +142,8 @@ struct Sender::Impl {
   bool published_full = false;
   bool force_full = false;
   std::unique_ptr<SafetensorsFile> baseline;
+  const SafetensorsFile* warmed_baseline = nullptr;  // WarmBaseline: the one populated
+  uint64_t advances_in_process = 0;
   std::vector<Ack> acks;
   uint64_t advance_resumed_entries = 0;  // of the last baseline advance
   double advance_seconds = 0;            // of the last baseline advance
@@ -583,6 +585,20 @@ struct Sender::Impl {
     return SaveState();
   }
 
+  // A process that advanced its baseline twice publishes version after version (a trainer's
+  // sender): the baseline's mapping is populated once, and each later diff reads it in place
+  // rather than copying it out with pread (MappedFile::PopulateForReading). `refit send`, one
+  // version a process, never gets here.
+  void WarmBaseline() {
+    if (baseline == nullptr || baseline.get() == warmed_baseline || ++advances_in_process < 2) {
+      return;
+    }
+    warmed_baseline = baseline.get();
+    if (Status st = baseline->PopulateForReading(); !st.ok()) {
+      Log(LogLevel::kWarn, "sender", st.message() + " (the baseline is read with pread)");
+    }
+  }
+
   // Applies our own published delta (re-read from the transport, digest-verified) to the
   // baseline, or swaps in the pending full copy.
   Status AdvanceBaseline() {
@@ -953,6 +969,7 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
   // advanced (nor read back) at all.
   Stopwatch advance;
   REFIT_RETURN_NOT_OK(need_full ? m.DropBaseline("") : m.AdvanceBaseline());
+  m.WarmBaseline();
   m.advance_seconds = advance.Seconds();
   if (m.out != m.transport.get()) {
     // A pp stage member's staged parts of this version were forwarded (before the commit) and
