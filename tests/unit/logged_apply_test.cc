@@ -165,26 +165,66 @@ TEST(LoggedApply, RecordsDeclaringMoreChangesThanTheyCodeAcrossWindowsAreBitExac
   }
 }
 
+// Bytes this process read with read(2)/pread(2) so far (/proc/self/io rchar, every thread); -1
+// where the kernel does not account them.
+int64_t BytesReadByThisProcess() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return -1;
+}
+
+// The tensors of `bits` back to back in a registered writable mapped file at `path` (read and
+// written through the file), then room enough for the file to be 16 records long (0x5a bytes);
+// `views` point into it.
+struct LargeModelFile {
+  std::string path;
+  std::unique_ptr<MappedFile> file;
+  std::vector<TensorView> views;
+  uint64_t tensor_bytes = 0;
+
+  LargeModelFile(const std::vector<std::vector<uint8_t>>& bits, std::vector<TensorView> tensors,
+                 std::string file_path)
+      : path(std::move(file_path)), views(std::move(tensors)) {
+    SetMappedFileRegistrationBytesForTesting(1);
+    std::string contents;
+    for (const std::vector<uint8_t>& b : bits) contents.append(b.begin(), b.end());
+    tensor_bytes = contents.size();
+    contents.append(16 * tensor_bytes, '\x5a');
+    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
+    file = MappedFile::Open(path, /*writable=*/true).value();
+    uint64_t at = 0;
+    for (TensorView& v : views) {
+      v.data = file->mutable_data() + at;
+      at += v.nbytes();
+    }
+  }
+  ~LargeModelFile() {
+    file.reset();
+    SetMappedFileRegistrationBytesForTesting(16ull << 20);
+  }
+  // The file (read through it) holds `bits` back to back.
+  bool Holds(const std::vector<std::vector<uint8_t>>& bits) const {
+    std::string now(tensor_bytes, '\0');
+    std::ifstream(path, std::ios::binary)
+        .read(now.data(), static_cast<std::streamsize>(tensor_bytes));
+    std::string want;
+    for (const std::vector<uint8_t>& b : bits) want.append(b.begin(), b.end());
+    return now == want;
+  }
+};
+
 // A full sync into a large model file is decoded into scratch and written through the file
 // (ApplyInPlace: a fresh page of the shared mapping would cost a fault per 4 KiB); nothing is
 // written unless the record's digest holds, and a delta's records read their old bits first.
 TEST(LoggedApply, RecordsInALargeModelFileAreWrittenThroughItOnlyOnceVerified) {
   const testing::TensorPair p = MixedTensors();
   testing::ScopedTempDir dir("logged_apply");
-  SetMappedFileRegistrationBytesForTesting(1);
-  // Tensors laid out back to back, then room enough for the file to be 16 records long.
-  std::string contents;
-  for (const std::vector<uint8_t>& b : p.base_bits) contents.append(b.begin(), b.end());
-  contents.append(16 * contents.size(), '\x5a');
-  const std::string path = (dir.path() / "model").string();
-  ASSERT_TRUE(WriteFileAtomic(path, contents).ok());
-  std::unique_ptr<MappedFile> file = MappedFile::Open(path, /*writable=*/true).value();
-  std::vector<TensorView> views = p.base;
-  uint64_t at = 0;
-  for (TensorView& v : views) {
-    v.data = file->mutable_data() + at;
-    at += v.nbytes();
-  }
+  LargeModelFile model(p.base_bits, p.base, (dir.path() / "model").string());
+  std::vector<TensorView>& views = model.views;
   auto registry = LoadRegistry(nullptr).value();
   DeltaOptions full;
   full.encoding = "dense";
@@ -202,79 +242,21 @@ TEST(LoggedApply, RecordsInALargeModelFileAreWrittenThroughItOnlyOnceVerified) {
     return ApplyPayload(payload, encodings, CanonicalResolver(by_name), uint64_t{1} << 30, scratch,
                         &stats, nullptr);
   };
-  const auto file_holds = [&](const std::vector<std::vector<uint8_t>>& bits) {
-    std::string now(at, '\0');
-    std::ifstream(path, std::ios::binary).read(now.data(), static_cast<std::streamsize>(at));
-    std::string want;
-    for (const std::vector<uint8_t>& b : bits) want.append(b.begin(), b.end());
-    return now == want;
-  };
   // A forged digest on every record: refused, the file as it was.
   const std::vector<uint8_t> forged =
       EditRecords(full_sync, [](RecordHeader& h) { h.digest ^= 1; });
   Status st = apply(forged);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
-  EXPECT_TRUE(file_holds(p.base_bits)) << "a record failing its digest was written";
+  EXPECT_TRUE(model.Holds(p.base_bits)) << "a record failing its digest was written";
   // The full sync, then a delta back to the base (xor records read their old bits).
   ASSERT_TRUE(apply(full_sync).ok());
-  EXPECT_TRUE(file_holds(p.next_bits));
+  EXPECT_TRUE(model.Holds(p.next_bits));
   DeltaOptions back;
   back.encoding = "xor";
   back.threads = 1;
   ASSERT_TRUE(apply(EncodeDelta(p.next, p.base, back, *registry, nullptr).value()).ok());
-  EXPECT_TRUE(file_holds(p.base_bits));
-  file.reset();
-  SetMappedFileRegistrationBytesForTesting(16ull << 20);
+  EXPECT_TRUE(model.Holds(p.base_bits));
 }
-
-// Bytes this process read with read(2)/pread(2) so far (/proc/self/io rchar, every thread); -1
-// where the kernel does not account them.
-int64_t BytesReadByThisProcess() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  int64_t value = 0;
-  while (io >> key >> value) {
-    if (key == "rchar:") return value;
-  }
-  return -1;
-}
-
-// The tensors of `p` back to back in a registered writable mapped file under `dir`, 16 times
-// their size long (read and written through the file); `views` point into it.
-struct LargeModelFile {
-  std::unique_ptr<MappedFile> file;
-  std::vector<TensorView> views;
-  uint64_t tensor_bytes = 0;
-
-  LargeModelFile(const std::vector<std::vector<uint8_t>>& bits, std::vector<TensorView> tensors,
-                 const std::string& path)
-      : views(std::move(tensors)) {
-    SetMappedFileRegistrationBytesForTesting(1);
-    std::string contents;
-    for (const std::vector<uint8_t>& b : bits) contents.append(b.begin(), b.end());
-    tensor_bytes = contents.size();
-    contents.append(15 * tensor_bytes, '\x5a');
-    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
-    file = MappedFile::Open(path, /*writable=*/true).value();
-    uint64_t at = 0;
-    for (TensorView& v : views) {
-      v.data = file->mutable_data() + at;
-      at += v.nbytes();
-    }
-  }
-  ~LargeModelFile() {
-    file.reset();
-    SetMappedFileRegistrationBytesForTesting(16ull << 20);
-  }
-  bool Holds(const std::vector<std::vector<uint8_t>>& bits) const {
-    uint64_t at = 0;
-    for (const std::vector<uint8_t>& b : bits) {
-      if (std::memcmp(file->data() + at, b.data(), b.size()) != 0) return false;
-      at += b.size();
-    }
-    return true;
-  }
-};
 
 // A model file whose mapping is populated for reading (a long-lived receiver's, after two
 // versions) is read in place: a logged apply of a delta reads nothing with read(2) and lands

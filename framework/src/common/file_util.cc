@@ -464,7 +464,9 @@ Status MappedFile::Sync() {
 }
 
 Status MappedFile::PopulateForReading() {
-  if (data_ == nullptr || fd_ < 0) return Status::OK();  // unregistered: read in place already
+  // Unregistered: read in place already.
+  if (populate_tried_ || data_ == nullptr || fd_ < 0) return Status::OK();
+  populate_tried_ = true;
 #ifndef MADV_POPULATE_READ
   constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
 #endif

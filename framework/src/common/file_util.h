@@ -180,7 +180,7 @@ class MappedFile {
   // pread: for a process that reads the file version after version (a long-lived sender's
   // baseline, `refit recv --follow`'s model); a process that reads it once keeps pread. Writes
   // through the file leave the pages mapped. A kernel without MADV_POPULATE_READ (before 5.14)
-  // leaves the file as it was.
+  // leaves the file as it was. Only the first call does anything.
   Status PopulateForReading();
 
  private:
@@ -190,6 +190,7 @@ class MappedFile {
   uint64_t size_ = 0;
   bool writable_ = false;
   int fd_ = -1;
+  bool populate_tried_ = false;  // PopulateForReading was called
 };
 
 // A directory held open, under which every path is resolved without following any symlink and

@@ -139,8 +139,7 @@ struct Receiver::Impl {
   std::string failed_error;
   uint64_t abandoned = 0;  // never tried again; a full sync was asked for
   std::unique_ptr<SafetensorsFile> model;
-  const SafetensorsFile* warmed_model = nullptr;  // WarmModel: the one populated
-  uint64_t applied_in_process = 0;
+  uint64_t applied_in_process = 0;  // versions; from the second on, the model is read in place
   // Attached (Receiver::Attach): the model is caller-owned memory and there is no model file.
   bool attached = false;
   std::vector<TensorView> attached_views;
@@ -408,10 +407,10 @@ struct Receiver::Impl {
   // A process that applied two versions applies version after version (`refit recv --follow`,
   // an engine's receiver): the model file's mapping is populated once, and each later version
   // reads its old bits in place rather than copying them out with pread
-  // (MappedFile::PopulateForReading). A full sync's new file is populated at the next version.
+  // (MappedFile::PopulateForReading, once per file). A full sync's new file is populated at the
+  // end of its apply.
   void WarmModel() {
-    if (model == nullptr || model.get() == warmed_model || ++applied_in_process < 2) return;
-    warmed_model = model.get();
+    if (model == nullptr || ++applied_in_process < 2) return;
     if (Status st = model->PopulateForReading(); !st.ok()) {
       Log(LogLevel::kWarn, "receiver", st.message() + " (the model is read with pread)");
     }

@@ -142,8 +142,7 @@ struct Sender::Impl {
   bool published_full = false;
   bool force_full = false;
   std::unique_ptr<SafetensorsFile> baseline;
-  const SafetensorsFile* warmed_baseline = nullptr;  // WarmBaseline: the one populated
-  uint64_t advances_in_process = 0;
+  uint64_t advances_in_process = 0;  // from the second on, the baseline is read in place
   std::vector<Ack> acks;
   uint64_t advance_resumed_entries = 0;  // of the last baseline advance
   double advance_seconds = 0;            // of the last baseline advance
@@ -587,13 +586,10 @@ struct Sender::Impl {
 
   // A process that advanced its baseline twice publishes version after version (a trainer's
   // sender): the baseline's mapping is populated once, and each later diff reads it in place
-  // rather than copying it out with pread (MappedFile::PopulateForReading). `refit send`, one
-  // version a process, never gets here.
+  // rather than copying it out with pread (MappedFile::PopulateForReading, once per file).
+  // `refit send`, one version a process, never gets here.
   void WarmBaseline() {
-    if (baseline == nullptr || baseline.get() == warmed_baseline || ++advances_in_process < 2) {
-      return;
-    }
-    warmed_baseline = baseline.get();
+    if (baseline == nullptr || ++advances_in_process < 2) return;
     if (Status st = baseline->PopulateForReading(); !st.ok()) {
       Log(LogLevel::kWarn, "sender", st.message() + " (the baseline is read with pread)");
     }
