@@ -58,6 +58,10 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
   return src;
 }
 
+// Staged pending changes written at once. 64 MiB left 16-98 ms of writes (25 MB per version of
+// a 1 GB model at 1.5% density) after the last record, on the way to the commit; 4 MiB, 2-20 ms.
+constexpr uint64_t kPendingFlushBytes = 4ull << 20;
+
 // Appends each record's changes of a delta to the baseline's redo log, past its committed size
 // (ids `prefix` + a counter), written but not synced.
 internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, const char* prefix) {
@@ -66,8 +70,10 @@ internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, cons
                                               const uint8_t* values) mutable -> Status {
     REFIT_RETURN_NOT_OK(log->Stage(prefix + std::to_string(entries++), src.local_tensor, box,
                                    SizeOf(src.dtype), positions, count, values));
-    // Written in pieces: the changes of a version are not all held in memory.
-    return log->staged_bytes() > (64ull << 20) ? log->Flush(/*sync=*/false) : Status::OK();
+    // Written in small pieces as the diff goes: the changes of a version are not all held in
+    // memory, and what is left to write once the last record is encoded (before the commit,
+    // FinishPendingChanges) stays a few MiB.
+    return log->staged_bytes() > kPendingFlushBytes ? log->Flush(/*sync=*/false) : Status::OK();
   };
 }
 
