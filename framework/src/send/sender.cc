@@ -58,7 +58,7 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
   return src;
 }
 
-// Staged pending changes written at once. 64 MiB left 16-98 ms of writes (25 MB per version of
+// Staged pending changes written at once. 64 MiB left 9-98 ms of writes (25 MB per version of
 // a 1 GB model at 1.5% density) after the last record, on the way to the commit; 4 MiB, 2-20 ms.
 constexpr uint64_t kPendingFlushBytes = 4ull << 20;
 
