@@ -49,22 +49,19 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
     ::close(fd);
     return st;
   }
-  Status st =
-      WriteAll(fd, reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size(), path);
-  static const std::vector<uint8_t> zeros(1 << 20, 0);
+  // In whole 2 MiB blocks: the receiver maps this file to read every version's old bits.
+  BlockAlignedWriter out(fd, path);
+  Status st = out.Append(reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size());
   for (size_t i = 0; st.ok() && i < specs.size(); ++i) {
     const TensorView* src = source != nullptr ? source->Find(specs[i].name) : nullptr;
-    uint64_t bytes = layout[i].nbytes();
+    const uint64_t bytes = layout[i].nbytes();
     if (src != nullptr && src->dtype == specs[i].dtype && src->shape == specs[i].shape) {
-      st = WriteAll(fd, src->bytes(), bytes, path);
+      st = out.Append(src->bytes(), bytes);
     } else {
-      for (uint64_t done = 0; st.ok() && done < bytes;) {
-        uint64_t n = std::min<uint64_t>(zeros.size(), bytes - done);
-        st = WriteAll(fd, zeros.data(), n, path);
-        done += n;
-      }
+      st = out.AppendZeros(bytes);
     }
   }
+  if (st.ok()) st = out.Flush();
   if (st.ok()) st = FsyncFd(fd, path);
   ::close(fd);
   if (!st.ok()) ::unlink(path.c_str());
