@@ -448,6 +448,24 @@ struct Window {
   kernels::ValueList listed_values;
   std::vector<WindowRecord> records;  // filled when the window is staged to the log
   double compute_seconds = 0;
+  // Thread seconds spent writing the previous window's changes in this window's compute section
+  // (PreviousWindowWrite).
+  double write_thread_seconds = 0;
+};
+
+// The previous window's changes, written by the stripes of the next window's compute section once
+// they run out of records to compute (and the previous window's log sync has returned): the
+// write of one window and the compute of the next share both cores rather than taking turns.
+struct PreviousWindowWrite {
+  Window* window = nullptr;
+  std::future<Status>* syncing = nullptr;  // its log write and sync
+  const std::string* label = nullptr;      // its payload's, for errors
+  ApplyStats* stats = nullptr;             // where the sync's wait is counted
+  std::once_flag waited;
+  Status synced;                // what the sync returned (set once, under `waited`)
+  std::vector<Status> failed;   // per record of the window
+  std::atomic<size_t> next{0};  // records taken
+  bool ran = false;             // the section ran (else the caller writes the window itself)
 };
 
 // A record's id in the log: its payload's label and its index there.
@@ -488,11 +506,31 @@ void CutListSlices(const Payload& payload, const std::vector<CheckedRecord>& che
   }
 }
 
-// Decodes and verifies a window's records in parallel stripes (into scratch, nothing written).
+}  // namespace
+
+Status WaitLogged(std::future<Status>& syncing, const std::string& label, ApplyStats* stats);
+
+namespace {
+
+// One stripe's part of writing the previous window: its log sync waited for once (by the first
+// stripe to get here; the others wait for that), then the window's records taken one by one.
+void WritePreviousWindow(PreviousWindowWrite& job) {
+  std::call_once(job.waited, [&] { job.synced = WaitLogged(*job.syncing, *job.label, job.stats); });
+  if (!job.synced.ok()) return;
+  const Window& w = *job.window;
+  for (size_t i = job.next.fetch_add(1); i < w.records.size(); i = job.next.fetch_add(1)) {
+    const WindowRecord& r = w.records[i];
+    if (r.tensor == nullptr || w.changes[i].logged_before) continue;
+    job.failed[i] = WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
+  }
+}
+
+// Decodes and verifies a window's records in parallel stripes (into scratch, nothing written);
+// with `write_prev`, the stripes then write the previous window's changes.
 Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& checked,
                      const std::vector<bool>& logged_before,
                      const std::vector<size_t>& payload_order, ApplySink& sink,
-                     ApplyScratch& scratch, Window& w) {
+                     ApplyScratch& scratch, Window& w, PreviousWindowWrite* write_prev = nullptr) {
   // Each window's buffers are reused (fresh ones cost a kernel page clear per 4 KiB).
   if (w.changes.size() < w.end - w.first) w.changes.resize(w.end - w.first);
   for (size_t i = 0; i < w.end - w.first; ++i) {
@@ -512,6 +550,11 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
     if (i >= w.first && i < w.end) order.push_back(i);
   }
   std::atomic<size_t> next{0};
+  std::vector<double> write_seconds(stripes, 0.0);
+  if (write_prev != nullptr) {
+    write_prev->failed.assign(write_prev->window->records.size(), Status::OK());
+    write_prev->ran = true;
+  }
   Stopwatch compute;
   RunStripes(sink.pool, stripes, [&](size_t k) {
     thread_local ApplyScratch worker_scratch;
@@ -526,11 +569,19 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
       failures[i - w.first] = ComputeChanges(payload, i, *c.encoding, *c.tensor, c.box, own, &out);
       if (!failures[i - w.first].ok()) {
         next.store(order.size());  // the others take no more
-        return;
+        break;
       }
+    }
+    // What is logged is also written, even when this window failed.
+    if (write_prev != nullptr) {
+      Stopwatch writing;
+      WritePreviousWindow(*write_prev);
+      write_seconds[k] = writing.Seconds();
     }
   });
   w.compute_seconds = compute.Seconds();
+  w.write_thread_seconds = 0;
+  for (double seconds : write_seconds) w.write_thread_seconds += seconds;
   for (const Status& st : failures) REFIT_RETURN_NOT_OK(st);
   return Status::OK();
 }
@@ -559,6 +610,9 @@ Status LogWindow(const std::string& label, RedoLog& log, const Window& w) {
 }
 
 // Writes a logged (synced) window's changes into the file, then reports its records.
+Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>& failed,
+                     ApplyStats* stats);
+
 Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
   const size_t count = w.records.size();
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
@@ -572,6 +626,13 @@ Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
     }
   });
   if (stats != nullptr) stats->write_seconds += write.Seconds();
+  return ReportWritten(sink, w, failed, stats);
+}
+
+// After a logged window's writes: the first failure, else its records reported.
+Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>& failed,
+                     ApplyStats* stats) {
+  const size_t count = w.records.size();
   // The changes are logged: a failed write leaves the version to the log's replay.
   for (const Status& st : failed) REFIT_RETURN_NOT_OK(st);
   for (size_t i = 0; i < count; ++i) {
@@ -595,10 +656,16 @@ void AddComputeStats(const Window& w, ApplyStats* stats) {
     decode += w.changes[i].decode_seconds;
     verify += w.changes[i].verify_seconds;
   }
-  // Stripes overlap: the window's wall time is split by the stages' shares of thread time.
-  const double share = decode + verify > 0 ? decode / (decode + verify) : 1;
-  stats->decode_seconds += w.compute_seconds * share;
-  stats->verify_seconds += w.compute_seconds * (1 - share);
+  // Stripes overlap (and write the previous window): the section's wall time is split by the
+  // stages' shares of thread time.
+  const double thread_seconds = decode + verify + w.write_thread_seconds;
+  if (thread_seconds <= 0) {
+    stats->decode_seconds += w.compute_seconds;
+    return;
+  }
+  stats->decode_seconds += w.compute_seconds * decode / thread_seconds;
+  stats->verify_seconds += w.compute_seconds * verify / thread_seconds;
+  stats->write_seconds += w.compute_seconds * w.write_thread_seconds / thread_seconds;
 }
 
 }  // namespace
@@ -699,6 +766,7 @@ bool TakeEarlyWindow(EarlyWindows* early, const std::vector<bool>& logged_before
     w->changes[i - w->first].logged_before = logged_before[i];
   }
   w->compute_seconds = 0;
+  w->write_thread_seconds = 0;
   return true;
 }
 
@@ -740,16 +808,26 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
       return Status::OK();
     }
     Status computed;
+    const bool prev_logged = syncing.valid();
+    PreviousWindowWrite write_prev;  // prev, written by cur's compute section
+    write_prev.window = prev.get();
+    write_prev.syncing = &syncing;
+    write_prev.label = &prev_label;
+    write_prev.stats = stats;
     if (!last) {
       cur->first = first;
       cur->end = WindowEnd(payload, checked, first);
       if (!TakeEarlyWindow(sink.early, logged_before, window_index++, cur)) {
-        computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, *cur);
+        computed = ComputeWindow(payload, checked, logged_before, order, sink, scratch, *cur,
+                                 prev_logged ? &write_prev : nullptr);
         AddComputeStats(*cur, stats);
       }
     }
-    const bool prev_logged = syncing.valid();
-    if (prev_logged) REFIT_RETURN_NOT_OK(WaitLogged(syncing, prev_label, stats));
+    if (write_prev.ran) {
+      REFIT_RETURN_NOT_OK(write_prev.synced);
+    } else if (prev_logged) {
+      REFIT_RETURN_NOT_OK(WaitLogged(syncing, prev_label, stats));
+    }
     if (!last && computed.ok()) {
       KeepTargets(payload, checked, *cur);
       syncing = std::async(std::launch::async, [&log, w = cur.get(), label = payload.label()] {
@@ -757,7 +835,11 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
       });
     }
     // What is logged is also written, even when the next window failed.
-    if (prev_logged) REFIT_RETURN_NOT_OK(WriteWindow(sink, *prev, stats));
+    if (write_prev.ran) {
+      REFIT_RETURN_NOT_OK(ReportWritten(sink, *prev, write_prev.failed, stats));
+    } else if (prev_logged) {
+      REFIT_RETURN_NOT_OK(WriteWindow(sink, *prev, stats));
+    }
     REFIT_RETURN_NOT_OK(computed);
     if (last) {
       ReturnWindow(sink.stash, std::move(prev));
