@@ -255,26 +255,30 @@ TEST_F(FileUtilTest, ABlockAlignedWriterWritesWhatWasAppendedInOrder) {
   for (int i = 0; i < 1500; ++i) piece(1 + i % 37);  // over the 512 pieces of one write
   piece(5ull << 20);
 
-  const std::string path = (dir_ / "blocks").string();
-  const std::string head = "kept";  // bytes before the writer's start offset stay as they are
-  ASSERT_TRUE(WriteFileAtomic(path, head).ok());
-  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  ASSERT_GE(fd.get(), 0);
-  BlockAlignedWriter out(fd.get(), path, head.size());
-  std::string expected = head;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    ASSERT_TRUE(out.Append(pieces[i].data(), pieces[i].size()).ok());
-    expected.append(pieces[i].begin(), pieces[i].end());
-    if (i == 2 || i == 1000) {
-      ASSERT_TRUE(out.AppendZeros((3ull << 20) + 11).ok());
-      expected.append((3ull << 20) + 11, '\0');
+  // A small file is written piece by piece, a large one in whole blocks: the same bytes.
+  for (const uint64_t file_bytes : {uint64_t{0}, kWholeBlockFileBytes}) {
+    const std::string path = (dir_ / "blocks").string();
+    const std::string head = "kept";  // bytes before the writer's start offset stay as they are
+    ASSERT_TRUE(WriteFileAtomic(path, head).ok());
+    ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    ASSERT_GE(fd.get(), 0);
+    BlockAlignedWriter out(fd.get(), path, file_bytes, head.size());
+    std::string expected = head;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      ASSERT_TRUE(out.Append(pieces[i].data(), pieces[i].size()).ok());
+      expected.append(pieces[i].begin(), pieces[i].end());
+      if (i == 2 || i == 1000) {
+        ASSERT_TRUE(out.AppendZeros((3ull << 20) + 11).ok());
+        expected.append((3ull << 20) + 11, '\0');
+      }
     }
+    ASSERT_TRUE(out.Flush().ok());
+    ASSERT_TRUE(out.Flush().ok());  // nothing pending: writes nothing
+    fd.reset(-1);
+    const std::string written = Slurp(path);
+    EXPECT_TRUE(written == expected) << "file of " << written.size() << " bytes, expected "
+                                     << expected.size() << " (file_bytes " << file_bytes << ")";
   }
-  ASSERT_TRUE(out.Flush().ok());
-  ASSERT_TRUE(out.Flush().ok());  // nothing pending: writes nothing
-  fd.reset(-1);
-  EXPECT_TRUE(Slurp(path) == expected)
-      << "file of " << Slurp(path).size() << " bytes, expected " << expected.size();
 }
 
 TEST_F(FileUtilTest, ABlockAlignedWriterThatCannotWriteSaysWhichFile) {
@@ -282,7 +286,7 @@ TEST_F(FileUtilTest, ABlockAlignedWriterThatCannotWriteSaysWhichFile) {
   ASSERT_TRUE(WriteFileAtomic(path, "x").ok());
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   ASSERT_GE(fd.get(), 0);
-  BlockAlignedWriter out(fd.get(), path);
+  BlockAlignedWriter out(fd.get(), path, kWholeBlockFileBytes);
   const std::vector<uint8_t> bytes(100, 1);
   ASSERT_TRUE(out.Append(bytes.data(), bytes.size()).ok());  // pending: not written yet
   Status st = out.Flush();
@@ -290,17 +294,17 @@ TEST_F(FileUtilTest, ABlockAlignedWriterThatCannotWriteSaysWhichFile) {
   EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
 }
 
-// A file is populated by PopulateIfHugeMapped only when that is cheap: always when small, for a
-// large one only when the kernel maps it a 2 MiB folio per fault. A file cached from 4 KiB
-// writes never is (its folios are pages), and is left to pread; one call decides for good.
+// A file is populated by PopulateIfHugeMapped only when that is cheap: a large one only when the
+// kernel maps it a 2 MiB folio per fault, a small one never. A file cached from 4 KiB writes
+// never is (its folios are pages), and is left to pread; one call decides for good.
 TEST_F(MappedFileRegistryTest, OnlyAFileCachedInWholeBlocksIsPopulatedForAOneTimeRead) {
   FileRange range;
   std::unique_ptr<MappedFile> small = PatternFile(dir_, 3 * 4096 + 10);
   Result<bool> populated = small->PopulateIfHugeMapped();
   ASSERT_TRUE(populated.ok()) << populated.status().ToString();
+  EXPECT_FALSE(populated.value());
   ASSERT_TRUE(FindMappedFile(small->data(), 4096, &range));
-  EXPECT_EQ(range.warm, populated.value());
-  EXPECT_TRUE(populated.value()) << "a kernel before 5.14 lacks MADV_POPULATE_READ";
+  EXPECT_FALSE(range.warm);
   small.reset();
 
   constexpr uint64_t kLarge = 80ull << 20;
@@ -310,7 +314,7 @@ TEST_F(MappedFileRegistryTest, OnlyAFileCachedInWholeBlocksIsPopulatedForAOneTim
     ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     ASSERT_GE(fd.get(), 0);
     if (whole_blocks) {
-      BlockAlignedWriter out(fd.get(), path);
+      BlockAlignedWriter out(fd.get(), path, kLarge);
       ASSERT_TRUE(out.AppendZeros(kLarge).ok());
       ASSERT_TRUE(out.Flush().ok());
     } else {

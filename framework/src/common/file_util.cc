@@ -210,7 +210,8 @@ Status BlockAlignedWriter::AppendPiece(const uint8_t* data, uint64_t len) {
   pending_bytes_ += len;
   const bool at_boundary = (offset_ + pending_bytes_) % kFolioBlockBytes == 0;
   // Out of pieces (many tiny tensors), a write ends mid-block: only that block is cut.
-  if ((at_boundary && pending_bytes_ >= kBlockFlushBytes) || pending_.size() >= kMaxPendingPieces) {
+  if (!whole_blocks_ || (at_boundary && pending_bytes_ >= kBlockFlushBytes) ||
+      pending_.size() >= kMaxPendingPieces) {
     return Flush();
   }
   return Status::OK();
@@ -579,8 +580,7 @@ uint64_t FilePmdMappedBytes() {
                           : std::strtoull(field + std::strlen("FilePmdMapped:"), nullptr, 10) << 10;
 }
 
-// How much of a file is probed: a few 2 MiB folios, and a file this small is populated outright
-// (its faults cost little whatever its folios).
+// How much of a file is probed: a few 2 MiB folios (of files of kWholeBlockFileBytes or more).
 constexpr uint64_t kHugeProbeBytes = uint64_t{32} << 20;
 
 }  // namespace
@@ -590,10 +590,7 @@ Result<bool> MappedFile::PopulateIfHugeMapped() {
   probed_ = true;
   const auto start = reinterpret_cast<uintptr_t>(data_);
   const uintptr_t first = (start + kFolioBlockBytes - 1) & ~(uintptr_t{kFolioBlockBytes} - 1);
-  if (size_ < 2 * kHugeProbeBytes) {
-    REFIT_RETURN_NOT_OK(PopulateForReading());
-    return populated_;
-  }
+  if (size_ < kWholeBlockFileBytes) return false;  // read as before: little to gain
   const uint64_t before = FilePmdMappedBytes();
   if (::madvise(reinterpret_cast<void*>(first), kHugeProbeBytes, MADV_POPULATE_READ) != 0) {
     return false;  // an older kernel (EINVAL), or the pages cannot be read: pread says which

@@ -49,8 +49,8 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
     ::close(fd);
     return st;
   }
-  // In whole 2 MiB blocks: the receiver maps this file to read every version's old bits.
-  BlockAlignedWriter out(fd, path);
+  // In whole 2 MiB blocks when large: the receiver maps this file to read each version's old bits.
+  BlockAlignedWriter out(fd, path, plan.header.size() + plan.data_bytes);
   Status st = out.Append(reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size());
   for (size_t i = 0; st.ok() && i < specs.size(); ++i) {
     const TensorView* src = source != nullptr ? source->Find(specs[i].name) : nullptr;

@@ -468,8 +468,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& 
   // Until Commit succeeds, any failure removes the temporary file and leaves path alone.
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::AtomicFile> file,
                         internal::AtomicFile::Create(path));
-  // In whole 2 MiB blocks (a sender maps its baseline to read it version after version).
-  internal::BlockAlignedWriter out(file->fd(), file->tmp_path());
+  // In whole 2 MiB blocks when large (a sender maps its baseline to read it every version).
+  internal::BlockAlignedWriter out(file->fd(), file->tmp_path(),
+                                   layout.header.size() + layout.data_bytes);
   REFIT_RETURN_NOT_OK(
       out.Append(reinterpret_cast<const uint8_t*>(layout.header.data()), layout.header.size()));
   for (const TensorView& t : tensors) REFIT_RETURN_NOT_OK(out.Append(t.bytes(), t.nbytes()));
