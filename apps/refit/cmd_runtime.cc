@@ -169,10 +169,6 @@ Status RunSend(const SendOptions& o) {
   const double read_start = Now();
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SafetensorsFile> weights,
                         SafetensorsFile::Open(weights_path));
-  // Read in place when the kernel maps its pages a 2 MiB folio per fault (else with pread).
-  if (Result<bool> warmed = weights->PopulateIfHugeMapped(); !warmed.ok()) {
-    Log(LogLevel::kWarn, "send", warmed.status().message() + " (the weights are read with pread)");
-  }
   const double read_seconds = Now() - read_start;
   internal::ProgressMeter progress("send");
   sender->SetProgress(progress.Callback());

@@ -1,7 +1,6 @@
 // The one file I/O layer: atomic replacement, mkdir -p and mappings.
 #include "common/file_util.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -239,107 +238,6 @@ TEST_F(MappedFileRegistryTest, AFileIsWarmOnceItsMappingIsPopulatedForReading) {
   std::unique_ptr<MappedFile> small = PatternFile(dir_, 4096);
   EXPECT_TRUE(small->PopulateForReading().ok());
   EXPECT_FALSE(FindMappedFile(small->data(), 1, &range));
-}
-
-// Pieces of every size, crossing 2 MiB boundaries or not, runs of zeros, more tiny pieces than
-// one write takes, and a start past byte 0: the file holds exactly what was appended, in order.
-TEST_F(FileUtilTest, ABlockAlignedWriterWritesWhatWasAppendedInOrder) {
-  std::vector<std::vector<uint8_t>> pieces;
-  uint64_t seed = 7;
-  const auto piece = [&](uint64_t bytes) {
-    std::vector<uint8_t> p(bytes);
-    for (uint8_t& b : p) b = static_cast<uint8_t>((seed = seed * 6364136223846793005ull + 1) >> 56);
-    pieces.push_back(std::move(p));
-  };
-  for (uint64_t bytes : {1ull, 4095ull, 3ull << 20, 17ull << 20, 0ull, 12345ull}) piece(bytes);
-  for (int i = 0; i < 1500; ++i) piece(1 + i % 37);  // over the 512 pieces of one write
-  piece(5ull << 20);
-
-  // A small file is written piece by piece, a large one in whole blocks: the same bytes.
-  for (const uint64_t file_bytes : {uint64_t{0}, kWholeBlockFileBytes}) {
-    const std::string path = (dir_ / "blocks").string();
-    const std::string head = "kept";  // bytes before the writer's start offset stay as they are
-    ASSERT_TRUE(WriteFileAtomic(path, head).ok());
-    ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-    ASSERT_GE(fd.get(), 0);
-    BlockAlignedWriter out(fd.get(), path, file_bytes, head.size());
-    std::string expected = head;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      ASSERT_TRUE(out.Append(pieces[i].data(), pieces[i].size()).ok());
-      expected.append(pieces[i].begin(), pieces[i].end());
-      if (i == 2 || i == 1000) {
-        ASSERT_TRUE(out.AppendZeros((3ull << 20) + 11).ok());
-        expected.append((3ull << 20) + 11, '\0');
-      }
-    }
-    ASSERT_TRUE(out.Flush().ok());
-    ASSERT_TRUE(out.Flush().ok());  // nothing pending: writes nothing
-    fd.reset(-1);
-    const std::string written = Slurp(path);
-    EXPECT_TRUE(written == expected) << "file of " << written.size() << " bytes, expected "
-                                     << expected.size() << " (file_bytes " << file_bytes << ")";
-  }
-}
-
-TEST_F(FileUtilTest, ABlockAlignedWriterThatCannotWriteSaysWhichFile) {
-  const std::string path = (dir_ / "read-only").string();
-  ASSERT_TRUE(WriteFileAtomic(path, "x").ok());
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  ASSERT_GE(fd.get(), 0);
-  BlockAlignedWriter out(fd.get(), path, kWholeBlockFileBytes);
-  const std::vector<uint8_t> bytes(100, 1);
-  ASSERT_TRUE(out.Append(bytes.data(), bytes.size()).ok());  // pending: not written yet
-  Status st = out.Flush();
-  EXPECT_EQ(st.code(), StatusCode::kIoError);
-  EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
-}
-
-// A file is populated by PopulateIfHugeMapped only when that is cheap: a large one only when the
-// kernel maps it a 2 MiB folio per fault, a small one never. A file cached from 4 KiB writes
-// never is (its folios are pages), and is left to pread; one call decides for good.
-TEST_F(MappedFileRegistryTest, OnlyAFileCachedInWholeBlocksIsPopulatedForAOneTimeRead) {
-  FileRange range;
-  std::unique_ptr<MappedFile> small = PatternFile(dir_, 3 * 4096 + 10);
-  Result<bool> populated = small->PopulateIfHugeMapped();
-  ASSERT_TRUE(populated.ok()) << populated.status().ToString();
-  EXPECT_FALSE(populated.value());
-  ASSERT_TRUE(FindMappedFile(small->data(), 4096, &range));
-  EXPECT_FALSE(range.warm);
-  small.reset();
-
-  constexpr uint64_t kLarge = 80ull << 20;
-  std::vector<uint8_t> page(4096);
-  for (const bool whole_blocks : {false, true}) {
-    const std::string path = (dir_ / (whole_blocks ? "blocks" : "pages")).string();
-    ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    ASSERT_GE(fd.get(), 0);
-    if (whole_blocks) {
-      BlockAlignedWriter out(fd.get(), path, kLarge);
-      ASSERT_TRUE(out.AppendZeros(kLarge).ok());
-      ASSERT_TRUE(out.Flush().ok());
-    } else {
-      for (uint64_t at = 0; at < kLarge; at += page.size()) {
-        ASSERT_TRUE(WriteAllAt(fd.get(), page.data(), page.size(), at, path).ok());
-      }
-    }
-    fd.reset(-1);
-    auto file = MappedFile::Open(path, /*writable=*/true);
-    ASSERT_TRUE(file.ok()) << file.status().ToString();
-    populated = file.value()->PopulateIfHugeMapped();
-    ASSERT_TRUE(populated.ok()) << populated.status().ToString();
-    // Whole blocks are cached in 2 MiB folios only where the filesystem takes large folios
-    // (ext4 from Linux 6.16, xfs): either answer holds there, but never for pages.
-    if (!whole_blocks) {
-      EXPECT_FALSE(populated.value()) << "a file of 4 KiB folios";
-    }
-    ASSERT_TRUE(FindMappedFile(file.value()->data() + kLarge - 4096, 4096, &range));
-    EXPECT_EQ(range.warm, populated.value());
-    Result<bool> again = file.value()->PopulateIfHugeMapped();
-    ASSERT_TRUE(again.ok());
-    EXPECT_EQ(again.value(), populated.value());
-    // Read in place or through pread, the bytes are the file's.
-    EXPECT_EQ(file.value()->data()[kLarge - 1], 0);
-  }
 }
 
 // Element overwrites through the file land exactly where stores into memory would, for

@@ -6,7 +6,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,10 +16,6 @@
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older headers lack it
-#endif
 
 namespace refit::internal {
 namespace {
@@ -164,84 +159,6 @@ Status WriteAll(int fd, const uint8_t* data, uint64_t len, const std::string& pa
 Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
                   const std::string& path) {
   return WriteLoop(fd, data, len, static_cast<int64_t>(offset), path);
-}
-
-namespace {
-
-// The page cache's largest folio (a PMD) and how much is written per call.
-constexpr uint64_t kFolioBlockBytes = uint64_t{2} << 20;
-constexpr uint64_t kBlockFlushBytes = uint64_t{16} << 20;
-// Pieces per pwritev, under every kernel's IOV_MAX (1024).
-constexpr size_t kMaxPendingPieces = 512;
-
-// Never written: reading it maps the kernel's zero page, so zeros cost no memory.
-uint8_t g_zero_block[kFolioBlockBytes];
-
-}  // namespace
-
-Status BlockAlignedWriter::Append(const uint8_t* data, uint64_t len) {
-  while (len > 0) {
-    // Pieces end at block boundaries, where a write may end.
-    const uint64_t end = offset_ + pending_bytes_;
-    const uint64_t piece = std::min(len, kFolioBlockBytes - end % kFolioBlockBytes);
-    REFIT_RETURN_NOT_OK(AppendPiece(data, piece));
-    data += piece;
-    len -= piece;
-  }
-  return Status::OK();
-}
-
-Status BlockAlignedWriter::AppendZeros(uint64_t len) {
-  while (len > 0) {
-    const uint64_t end = offset_ + pending_bytes_;
-    const uint64_t piece = std::min(len, kFolioBlockBytes - end % kFolioBlockBytes);
-    REFIT_RETURN_NOT_OK(AppendPiece(g_zero_block, piece));
-    len -= piece;
-  }
-  return Status::OK();
-}
-
-Status BlockAlignedWriter::AppendPiece(const uint8_t* data, uint64_t len) {
-  if (!pending_.empty() && pending_.back().first + pending_.back().second == data) {
-    pending_.back().second += len;  // the same buffer goes on
-  } else {
-    pending_.emplace_back(data, len);
-  }
-  pending_bytes_ += len;
-  const bool at_boundary = (offset_ + pending_bytes_) % kFolioBlockBytes == 0;
-  // Out of pieces (many tiny tensors), a write ends mid-block: only that block is cut.
-  if (!whole_blocks_ || (at_boundary && pending_bytes_ >= kBlockFlushBytes) ||
-      pending_.size() >= kMaxPendingPieces) {
-    return Flush();
-  }
-  return Status::OK();
-}
-
-Status BlockAlignedWriter::Flush() {
-  std::vector<iovec> iov;
-  iov.reserve(pending_.size());
-  for (const auto& [data, len] : pending_) iov.push_back({const_cast<uint8_t*>(data), len});
-  size_t first = 0;
-  while (first < iov.size()) {
-    const ssize_t n = ::pwritev(fd_, iov.data() + first, static_cast<int>(iov.size() - first),
-                                static_cast<off_t>(offset_));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return Status::IoError(Errno("write", path_) + " (at byte " + std::to_string(offset_) + ")");
-    if (n == 0) return Status::IoError("write " + path_ + ": no progress");
-    offset_ += static_cast<uint64_t>(n);
-    // Drops what was written: whole pieces, then the front of a partly written one.
-    for (uint64_t left = static_cast<uint64_t>(n); left > 0;) {
-      const uint64_t take = std::min<uint64_t>(left, iov[first].iov_len);
-      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      left -= take;
-      if (iov[first].iov_len == 0) ++first;
-    }
-  }
-  pending_.clear();
-  pending_bytes_ = 0;
-  return Status::OK();
 }
 
 Status ReadAllAt(int fd, uint8_t* out, uint64_t len, uint64_t offset, const std::string& path) {
@@ -550,55 +467,17 @@ Status MappedFile::PopulateForReading() {
   // Unregistered: read in place already.
   if (populate_tried_ || data_ == nullptr || fd_ < 0) return Status::OK();
   populate_tried_ = true;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
+#endif
   if (::madvise(data_, size_, MADV_POPULATE_READ) != 0) {
     if (errno == EINVAL) return Status::OK();  // an older kernel: pread stays
     return Status::IoError(path_ + ": cannot map its pages for reading: " + std::strerror(errno));
   }
-  populated_ = true;
   std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
   auto it = MappedFiles().find(reinterpret_cast<uintptr_t>(data_));
   if (it != MappedFiles().end()) it->second.warm = true;
   return Status::OK();
-}
-
-namespace {
-
-// This process's file pages mapped a 2 MiB folio per page-table entry ("FilePmdMapped" of
-// /proc/self/smaps_rollup, Linux 4.14); 0 where the kernel does not say.
-uint64_t FilePmdMappedBytes() {
-  ScopedFd fd(::open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return 0;
-  char text[4096];
-  ssize_t n = 0;
-  do {
-    n = ::read(fd.get(), text, sizeof(text) - 1);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0) return 0;
-  text[n] = '\0';
-  const char* field = std::strstr(text, "FilePmdMapped:");
-  return field == nullptr ? 0
-                          : std::strtoull(field + std::strlen("FilePmdMapped:"), nullptr, 10) << 10;
-}
-
-// How much of a file is probed: a few 2 MiB folios (of files of kWholeBlockFileBytes or more).
-constexpr uint64_t kHugeProbeBytes = uint64_t{32} << 20;
-
-}  // namespace
-
-Result<bool> MappedFile::PopulateIfHugeMapped() {
-  if (probed_ || populate_tried_ || data_ == nullptr || fd_ < 0) return populated_;
-  probed_ = true;
-  const auto start = reinterpret_cast<uintptr_t>(data_);
-  const uintptr_t first = (start + kFolioBlockBytes - 1) & ~(uintptr_t{kFolioBlockBytes} - 1);
-  if (size_ < kWholeBlockFileBytes) return false;  // read as before: little to gain
-  const uint64_t before = FilePmdMappedBytes();
-  if (::madvise(reinterpret_cast<void*>(first), kHugeProbeBytes, MADV_POPULATE_READ) != 0) {
-    return false;  // an older kernel (EINVAL), or the pages cannot be read: pread says which
-  }
-  // Half the probe in 2 MiB mappings: the file's blocks were written whole.
-  if (FilePmdMappedBytes() < before + kHugeProbeBytes / 2) return false;
-  REFIT_RETURN_NOT_OK(PopulateForReading());
-  return populated_;
 }
 
 void SetOpenat2ForTesting(bool enabled) { g_try_openat2.store(enabled); }

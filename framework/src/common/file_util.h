@@ -60,44 +60,6 @@ Status WriteAllAt(int fd, const uint8_t* data, uint64_t len, uint64_t offset,
 // naming `path` when the file ends first or the read fails.
 Status ReadAllAt(int fd, uint8_t* out, uint64_t len, uint64_t offset, const std::string& path);
 
-// Writes a file front to back so that the page cache keeps it in 2 MiB folios: every write
-// covers whole 2 MiB-aligned blocks of the file (the file's last block excepted), whatever the
-// pieces appended. The kernel sizes a cached folio by the write that made it, so a file written
-// piece by piece behind an unaligned header is cached in small folios, and a later mapping of it
-// costs a fault per 64 KiB instead of one per 2 MiB (docs/benchmarks.md, "Writing model files in
-// whole blocks": populating 1 GB 55 ms vs 1 ms). Pieces are written by reference, not copied:
-// what Append was given must stay valid until Flush returns.
-//
-// Only files of kWholeBlockFileBytes or more are worth it: large folios make each buffered
-// `pread` / `pwrite` of the file dearer (ext4 walks a folio's buffer heads per write; the
-// 19 MB trajectory-small model's write stage took 3.5 ms instead of 1.7), which only a mapping
-// read in place pays back, and a one-shot process maps only larger files
-// (MappedFile::PopulateIfHugeMapped). Smaller files are written piece by piece as appended.
-inline constexpr uint64_t kWholeBlockFileBytes = uint64_t{64} << 20;
-
-class BlockAlignedWriter {
- public:
-  // `file_bytes`: the size the file will have (whole blocks from kWholeBlockFileBytes on).
-  BlockAlignedWriter(int fd, std::string path, uint64_t file_bytes, uint64_t offset = 0)
-      : fd_(fd),
-        path_(std::move(path)),
-        offset_(offset),
-        whole_blocks_(file_bytes >= kWholeBlockFileBytes) {}
-  Status Append(const uint8_t* data, uint64_t len);
-  Status AppendZeros(uint64_t len);
-  // Writes every pending piece.
-  Status Flush();
-
- private:
-  Status AppendPiece(const uint8_t* data, uint64_t len);
-  int fd_;
-  std::string path_;
-  uint64_t offset_;  // of the first pending byte
-  bool whole_blocks_;
-  uint64_t pending_bytes_ = 0;
-  std::vector<std::pair<const uint8_t*, uint64_t>> pending_;
-};
-
 // fsync of an open file.
 Status FsyncFd(int fd, const std::string& path);
 // fsync of a file or directory by path (a directory: what makes renames and new entries in it
@@ -138,9 +100,6 @@ class AtomicFile {
   const std::string& path() const { return path_; }
   const std::string& tmp_path() const { return tmp_path_; }
   Status Write(const uint8_t* data, uint64_t len);
-  // The temporary file's descriptor, for a writer of its own (BlockAlignedWriter from offset 0,
-  // not mixed with Write); -1 after Commit.
-  int fd() const { return fd_; }
   // fsync (durable), close (NFS reports write errors there), ReplaceFile over path.
   Status Commit();
 
@@ -223,13 +182,6 @@ class MappedFile {
   // through the file leave the pages mapped. A kernel without MADV_POPULATE_READ (before 5.14)
   // leaves the file as it was. Only the first call does anything.
   Status PopulateForReading();
-  // PopulateForReading when that costs next to nothing, for a process that reads the file once:
-  // the kernel maps the file's cached pages a 2 MiB folio per fault (a file written in whole
-  // blocks, BlockAlignedWriter), as a probe of its first 32 MiB shows; otherwise leaves the file
-  // to pread (a fault per 64 KiB costs about what pread's copy does). A file under
-  // kWholeBlockFileBytes is left as it was. Only the first call probes; whether the file is
-  // populated.
-  Result<bool> PopulateIfHugeMapped();
 
  private:
   MappedFile() = default;
@@ -239,8 +191,6 @@ class MappedFile {
   bool writable_ = false;
   int fd_ = -1;
   bool populate_tried_ = false;  // PopulateForReading was called
-  bool populated_ = false;       // and mapped every page
-  bool probed_ = false;          // PopulateIfHugeMapped was called
 };
 
 // A directory held open, under which every path is resolved without following any symlink and

@@ -49,19 +49,22 @@ Status CreateModelFile(const std::string& path, const std::vector<TensorSpec>& s
     ::close(fd);
     return st;
   }
-  // In whole 2 MiB blocks when large: the receiver maps this file to read each version's old bits.
-  BlockAlignedWriter out(fd, path, plan.header.size() + plan.data_bytes);
-  Status st = out.Append(reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size());
+  Status st =
+      WriteAll(fd, reinterpret_cast<const uint8_t*>(plan.header.data()), plan.header.size(), path);
+  static const std::vector<uint8_t> zeros(1 << 20, 0);
   for (size_t i = 0; st.ok() && i < specs.size(); ++i) {
     const TensorView* src = source != nullptr ? source->Find(specs[i].name) : nullptr;
-    const uint64_t bytes = layout[i].nbytes();
+    uint64_t bytes = layout[i].nbytes();
     if (src != nullptr && src->dtype == specs[i].dtype && src->shape == specs[i].shape) {
-      st = out.Append(src->bytes(), bytes);
+      st = WriteAll(fd, src->bytes(), bytes, path);
     } else {
-      st = out.AppendZeros(bytes);
+      for (uint64_t done = 0; st.ok() && done < bytes;) {
+        uint64_t n = std::min<uint64_t>(zeros.size(), bytes - done);
+        st = WriteAll(fd, zeros.data(), n, path);
+        done += n;
+      }
     }
   }
-  if (st.ok()) st = out.Flush();
   if (st.ok()) st = FsyncFd(fd, path);
   ::close(fd);
   if (!st.ok()) ::unlink(path.c_str());

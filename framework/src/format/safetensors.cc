@@ -357,10 +357,6 @@ Status SafetensorsFile::PopulateForReading() {
   return mapping_ != nullptr ? mapping_->PopulateForReading() : Status::OK();
 }
 
-Result<bool> SafetensorsFile::PopulateIfHugeMapped() {
-  return mapping_ != nullptr ? mapping_->PopulateIfHugeMapped() : Result<bool>(false);
-}
-
 // ------------------------------------------------------------------------------------ writing
 
 Result<SafetensorsLayout> PlanSafetensors(const std::vector<TensorView>& tensors,
@@ -468,13 +464,9 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& 
   // Until Commit succeeds, any failure removes the temporary file and leaves path alone.
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<internal::AtomicFile> file,
                         internal::AtomicFile::Create(path));
-  // In whole 2 MiB blocks when large (a sender maps its baseline to read it every version).
-  internal::BlockAlignedWriter out(file->fd(), file->tmp_path(),
-                                   layout.header.size() + layout.data_bytes);
   REFIT_RETURN_NOT_OK(
-      out.Append(reinterpret_cast<const uint8_t*>(layout.header.data()), layout.header.size()));
-  for (const TensorView& t : tensors) REFIT_RETURN_NOT_OK(out.Append(t.bytes(), t.nbytes()));
-  REFIT_RETURN_NOT_OK(out.Flush());
+      file->Write(reinterpret_cast<const uint8_t*>(layout.header.data()), layout.header.size()));
+  for (const TensorView& t : tensors) REFIT_RETURN_NOT_OK(file->Write(t.bytes(), t.nbytes()));
   return file->Commit();
 }
 

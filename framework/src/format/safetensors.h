@@ -54,8 +54,6 @@ class SafetensorsFile {
   Status Sync();
   // MappedFile::PopulateForReading of the file's mapping (none for FromBuffer).
   Status PopulateForReading();
-  // MappedFile::PopulateIfHugeMapped of the file's mapping (false for FromBuffer).
-  Result<bool> PopulateIfHugeMapped();
 
  private:
   SafetensorsFile() = default;

@@ -416,17 +416,6 @@ struct Receiver::Impl {
     }
   }
 
-  // Before a delta's records are computed against the model file: a file the kernel caches in
-  // whole 2 MiB folios (ours, written by BlockAlignedWriter) is mapped for reading at once, at a
-  // fault per 2 MiB, and read in place even by a process that applies one version.
-  void WarmModelIfCheap() {
-    if (model == nullptr) return;
-    if (Result<bool> warmed = model->PopulateIfHugeMapped(); !warmed.ok()) {
-      Log(LogLevel::kWarn, "receiver",
-          warmed.status().message() + " (the model is read with pread)");
-    }
-  }
-
   void DropEarly() {
     early.clear();
     early_seen.clear();
@@ -469,7 +458,6 @@ struct Receiver::Impl {
     for (const RecordHeader& r : payload.records()) {
       if (r.create) return Status::OK();  // a full sync's: it replaces the model, no delta
     }
-    WarmModelIfCheap();
     std::vector<TensorView> tensors = ModelTensors();
     REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
     uint64_t held = 0;
@@ -832,7 +820,6 @@ struct Receiver::Impl {
           digests.Record(t.name, box, digest, /*full=*/false);
         };
       }
-      WarmModelIfCheap();
       REFIT_RETURN_NOT_OK(ApplyPayloads(manifests, &stats, &sink));
       // Durable through the redo log, synced per window: the model's pages are flushed lazily.
       internal::MaybeKillAt("receiver.model_synced");

@@ -601,17 +601,6 @@ struct Sender::Impl {
     }
   }
 
-  // Before the baseline is read (advanced, diffed): a file the kernel caches in whole 2 MiB
-  // folios (ours, written by BlockAlignedWriter) is mapped for reading at once, at a fault per
-  // 2 MiB, and read in place even by a process that publishes one version.
-  void WarmBaselineIfCheap() {
-    if (baseline == nullptr) return;
-    if (Result<bool> warmed = baseline->PopulateIfHugeMapped(); !warmed.ok()) {
-      Log(LogLevel::kWarn, "sender",
-          warmed.status().message() + " (the baseline is read with pread)");
-    }
-  }
-
   // Applies our own published delta (re-read from the transport, digest-verified) to the
   // baseline, or swaps in the pending full copy.
   Status AdvanceBaseline() {
@@ -647,7 +636,6 @@ struct Sender::Impl {
   // way each payload is re-read and checked against what this rank published.
   Status AdvanceDelta() {
     if (baseline == nullptr) return Status::Internal("delta published without a baseline");
-    WarmBaselineIfCheap();
     REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> mbytes,
                           internal::GetStable(*out, ManifestKey(published_version, rank),
                                               internal::kMaxControlBytes));
@@ -1016,7 +1004,6 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     stats.advance_seconds = m.advance_seconds;
     stats.wait_seconds = wait.Seconds() - m.advance_seconds;
   }
-  m.WarmBaselineIfCheap();
   const uint64_t version = m.published_version + 1;
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
