@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "common/file_util.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -434,6 +436,157 @@ TEST(BoxElementIndexTest, WalksTheBoxRowMajor) {
     for (uint64_t b = 1; b < 3; ++b)
       for (uint64_t c = 2; c < 5; ++c) want.push_back((a * 4 + b) * 5 + c);
   EXPECT_EQ(got, want);
+}
+
+// A sender killed while its diff advanced the baseline left, past the advance's marker, the next
+// version's pending changes: the restarted one finds where the marker ends and cuts the rest,
+// written or only staged.
+TEST_F(RedoLogTest, EndOfEntryFindsAMarkerAndTruncationDropsWhatFollowsIt) {
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, /*durable=*/true, 0));
+  Write(*log, "pending#0", 0, 0x1111);
+  ASSERT_TRUE(log->Stage("advance.v2", "", Box{}, 1, nullptr, 0, nullptr).ok());
+  ASSERT_TRUE(log->Flush().ok());
+  const uint64_t marker_end = log->bytes();
+  Write(*log, "pending#0", 1, 0x2222);  // the next version's, written
+  const uint64_t staged_position[] = {2};
+  const uint16_t staged_value = 0x3333;
+  ASSERT_TRUE(log->Stage("pending#1", "w", SubBox(), 2, staged_position, 1,
+                         reinterpret_cast<const uint8_t*>(&staged_value))
+                  .ok());
+  auto end = log->EndOfEntry("advance.v2", RedoLog::HeaderBytes());
+  ASSERT_TRUE(end.ok()) << end.status().ToString();
+  EXPECT_EQ(end.value(), marker_end);
+  EXPECT_EQ(log->EndOfEntry("advance.v3", 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(log->EndOfEntry("advance.v2", marker_end).status().code(), StatusCode::kNotFound);
+
+  ASSERT_TRUE(log->TruncateTo(end.value()).ok());
+  EXPECT_EQ(log->bytes(), marker_end);
+  EXPECT_EQ(log->staged_bytes(), 0u) << "a staged entry of the dropped attempt survived";
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(log->bytes(), marker_end);
+  std::vector<uint16_t> bits(24, 0);
+  ASSERT_TRUE(ReplayInto(*log, {TensorW(bits)}).ok());
+  EXPECT_EQ(bits[1 * 6 + 2], 0x1111);  // box position 0
+  EXPECT_EQ(bits[1 * 6 + 3], 0);       // box position 1: cut
+  EXPECT_EQ(bits[1 * 6 + 4], 0);       // box position 2: was only staged
+}
+
+// An overlay holds one version's entries by where they lie: a reader's range gets exactly the
+// changes inside it, ApplyRest writes the entries no range took whole (one taken in part again,
+// whole), and Load declines entries over its budget or a box not contiguous in its tensor.
+TEST_F(RedoLogTest, AnOverlayWritesEachChangeOfItsRangeAndTheRestOnce) {
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, /*durable=*/true, 0));
+  const uint16_t values[] = {0xA001, 0xA002, 0xA003};
+  const uint64_t positions[] = {1, 7, 11};
+  // Rows 1..2 of the 4x6 tensor (contiguous), and row 3 alone.
+  ASSERT_TRUE(log->Stage("pending#0", "w", Box{{1, 0}, {2, 6}}, 2, positions, 3,
+                         reinterpret_cast<const uint8_t*>(values))
+                  .ok());
+  const uint64_t last[] = {5};
+  const uint16_t last_value = 0xB001;
+  ASSERT_TRUE(log->Stage("pending#1", "w", Box{{3, 0}, {1, 6}}, 2, last, 1,
+                         reinterpret_cast<const uint8_t*>(&last_value))
+                  .ok());
+  ASSERT_TRUE(log->Flush().ok());
+  std::vector<uint16_t> bits(24, 0);
+  auto loaded = RedoOverlay::Load(*log, 0, log->bytes(), {TensorW(bits)}, 1 << 20);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  std::unique_ptr<RedoOverlay> overlay = std::move(loaded).value();
+  ASSERT_NE(overlay, nullptr);
+  EXPECT_EQ(overlay->changes(), 4u);
+  const auto at = [&](size_t i) { return reinterpret_cast<const uint8_t*>(bits.data() + i); };
+  // Row 3: the second entry whole.
+  ASSERT_TRUE(overlay->ApplyInPlace(at(18), 6 * 2).ok());
+  EXPECT_EQ(bits[23], 0xB001);
+  bits[23] = 0;  // so that a second write of it would show
+  // Elements 6..13 (row 1 and two of row 2): positions 1 and 7 of the first entry only.
+  ASSERT_TRUE(overlay->ApplyInPlace(at(6), 8 * 2).ok());
+  EXPECT_EQ(bits[7], 0xA001);
+  EXPECT_EQ(bits[13], 0xA002);
+  EXPECT_EQ(bits[17], 0) << "a change past the range was written";
+  // The first entry, taken in part, is written whole; the second is not written again.
+  ASSERT_TRUE(overlay->ApplyRest().ok());
+  std::vector<uint16_t> expected(24, 0);
+  expected[7] = 0xA001;
+  expected[13] = 0xA002;
+  expected[17] = 0xA003;
+  EXPECT_EQ(bits, expected);
+
+  // Over the byte budget: declined.
+  auto too_big = RedoOverlay::Load(*log, 0, log->bytes(), {TensorW(bits)}, 8);
+  ASSERT_TRUE(too_big.ok());
+  EXPECT_EQ(too_big.value(), nullptr);
+  // Columns 2..4 of rows 1..2, not contiguous: declined.
+  Write(*log, "pending#2", 0, 0xC001);
+  auto declined = RedoOverlay::Load(*log, 0, log->bytes(), {TensorW(bits)}, 1 << 20);
+  ASSERT_TRUE(declined.ok()) << declined.status().ToString();
+  EXPECT_EQ(declined.value(), nullptr);
+}
+
+// Read through a registered file, an overlay patches the changes into the reader's copy and
+// writes them to the file piece by piece (256 KiB): changes on both sides of a piece boundary,
+// none lost or written outside the range read.
+TEST_F(RedoLogTest, AnOverlayReadThroughAFilePatchesTheCopyAndTheFile) {
+  SetMappedFileRegistrationBytesForTesting(1);
+  const uint64_t n = 300000;  // i16 elements: 600 KB, three pieces
+  const std::string file_path = dir_ + "/baseline";
+  std::string zeros(n * 2, '\0');
+  ASSERT_TRUE(WriteFileAtomic(file_path, zeros).ok());
+  auto opened = MappedFile::Open(file_path, /*writable=*/true);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<MappedFile> file = std::move(opened).value();
+  TensorView t;
+  t.name = "w";
+  t.dtype = DType::kI16;
+  t.shape = {n};
+  t.data = file->mutable_data();
+
+  ASSIGN_OR_FAIL_J(log, RedoLog::Open(path_, /*durable=*/true, 0));
+  // Two entries (boxes [0, 200000) and [200000, n)); changes every 997 elements and at both
+  // sides of the first piece boundary (element 131072).
+  std::vector<uint16_t> expected(n, 0);
+  for (uint64_t box_start : {uint64_t{0}, uint64_t{200000}}) {
+    const uint64_t box_end = box_start == 0 ? 200000 : n;
+    std::vector<uint64_t> positions;
+    std::vector<uint16_t> values;
+    for (uint64_t e = box_start; e < box_end; ++e) {
+      if (e % 997 != 3 && e != 131071 && e != 131072) continue;
+      positions.push_back(e - box_start);
+      values.push_back(static_cast<uint16_t>(e * 7 + 1));
+      expected[e] = values.back();
+    }
+    ASSERT_TRUE(log->Stage("pending#" + std::to_string(box_start), "w",
+                           Box{{box_start}, {box_end - box_start}}, 2, positions.data(),
+                           positions.size(), reinterpret_cast<const uint8_t*>(values.data()))
+                    .ok());
+  }
+  ASSERT_TRUE(log->Flush().ok());
+  auto loaded = RedoOverlay::Load(*log, 0, log->bytes(), {t}, 1 << 20);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_NE(loaded.value(), nullptr);
+  RedoOverlay& overlay = *loaded.value();
+  // Elements [100000, 250000): across the entries' boundary and two piece boundaries.
+  const uint64_t from = 100000, to = 250000;
+  std::vector<uint16_t> copy(to - from, 0xFFFF);
+  ASSERT_TRUE(overlay
+                  .ReadPatched(t.bytes() + from * 2, (to - from) * 2,
+                               reinterpret_cast<uint8_t*>(copy.data()))
+                  .ok());
+  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), expected.begin() + from)) << "the copy";
+  std::vector<uint16_t> on_disk(n);
+  std::ifstream(file_path, std::ios::binary)
+      .read(reinterpret_cast<char*>(on_disk.data()), static_cast<std::streamsize>(n * 2));
+  for (uint64_t e = 0; e < n; ++e) {
+    const uint16_t want = e >= from && e < to ? expected[e] : 0;
+    ASSERT_EQ(on_disk[e], want) << "element " << e;
+  }
+  // The rest of both entries, once.
+  ASSERT_TRUE(overlay.ApplyRest().ok());
+  std::ifstream(file_path, std::ios::binary)
+      .read(reinterpret_cast<char*>(on_disk.data()), static_cast<std::streamsize>(n * 2));
+  EXPECT_EQ(on_disk, expected);
+  file.reset();
+  SetMappedFileRegistrationBytesForTesting(16ull << 20);
 }
 
 }  // namespace

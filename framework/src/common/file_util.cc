@@ -341,8 +341,6 @@ std::map<uintptr_t, MappedFileEntry>& MappedFiles() {
 
 // Spans of a patched write: at most this long, and a change this far past the span's last one
 // starts a new span instead of reading and writing the bytes between.
-constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
-constexpr uint64_t kOverwriteGapBytes = 16 << 10;
 
 }  // namespace
 

@@ -151,6 +151,10 @@ Status PwriteMapped(const FileRange& file, const uint8_t* data, uint64_t bytes);
 // spans (at most 256 KiB; a gap over 16 KiB starts a new one), never past the first and last
 // change: callers on other threads may be writing the rest of a shared page. False, writing
 // nothing, for any other memory: the caller stores into it.
+// Changes further apart than this are written by separate writes, not one spanning the gap; a
+// write covers at most kOverwriteSpanBytes (patched and written while in cache).
+inline constexpr uint64_t kOverwriteGapBytes = 16 << 10;
+inline constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
 Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
                                    uint64_t count, const uint8_t* values);
 

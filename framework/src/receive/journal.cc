@@ -472,6 +472,10 @@ Status RedoLog::WriteStaged() {
 }
 
 Status RedoLog::TruncateTo(uint64_t size) {
+  // Entries staged and not written yet belong to the dropped attempt too (a publish that failed
+  // in this process).
+  buffer_size_ = tail_bytes_;
+  staged_ids_.clear();
   if (size < kHeaderBytes || size >= size_) return Status::OK();
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
     return Status::IoError(path_ + ": " + std::strerror(errno));
@@ -483,6 +487,22 @@ Status RedoLog::TruncateTo(uint64_t size) {
     interrupted_ = 0;
   }
   return LoadTail();
+}
+
+Result<uint64_t> RedoLog::EndOfEntry(const std::string& record_id, uint64_t from) const {
+  uint64_t found = 0;
+  REFIT_RETURN_NOT_OK(ForEachEntry(fd_, path_, std::max(from, kHeaderBytes), size_,
+                                   [&](uint64_t at, const uint8_t* body, uint64_t len) {
+                                     EntryView e;
+                                     if (found == 0 && ParseEntry(body, len, &e) &&
+                                         e.id == record_id) {
+                                       found = at + kEntryPrefixBytes + len;
+                                     }
+                                     return Status::OK();
+                                   })
+                          .status());
+  if (found == 0) return Status::NotFound(path_ + ": no entry '" + record_id + "'");
+  return found;
 }
 
 Status RedoLog::Sync() {
@@ -498,6 +518,14 @@ void RedoLog::StartWriteback() { (void)::sync_file_range(fd_, 0, 0, SYNC_FILE_RA
 namespace {
 
 // Writes one entry's values into its tensor (positions decoded into `positions`, reused).
+// The box lies within a tensor of `shape` (same rank, checked by the caller).
+bool BoxFits(const Shape& shape, const Box& box) {
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (box.offset[d] > shape[d] || box.extent[d] > shape[d] - box.offset[d]) return false;
+  }
+  return true;
+}
+
 Status ReplayEntry(const std::string& path, const std::map<std::string, TensorView*>& tensors,
                    const uint8_t* body, uint64_t len, std::vector<uint64_t>& positions) {
   EntryView e;
@@ -511,13 +539,10 @@ Status ReplayEntry(const std::string& path, const std::map<std::string, TensorVi
   if (e.box.offset.size() != t.shape.size() || SizeOf(t.dtype) != e.elem_size) {
     return Status::Corrupt(path + ": log entry does not fit tensor '" + e.tensor + "'");
   }
-  uint64_t n = 1;
-  for (size_t d = 0; d < t.shape.size(); ++d) {
-    if (e.box.offset[d] > t.shape[d] || e.box.extent[d] > t.shape[d] - e.box.offset[d]) {
-      return Status::Corrupt(path + ": log box falls outside tensor '" + e.tensor + "'");
-    }
-    n *= e.box.extent[d];
+  if (!BoxFits(t.shape, e.box)) {
+    return Status::Corrupt(path + ": log box falls outside tensor '" + e.tensor + "'");
   }
+  const uint64_t n = BoxElements(e.box);
   if (!e.DecodePositions(n, positions)) {
     return Status::Corrupt(path + ": log position outside its box in '" + e.tensor + "'");
   }
@@ -613,6 +638,204 @@ Status RedoLog::MarkCurrentBoot() {
 
 Status RedoLog::Checkpoint(uint64_t version) { return WriteHeader(version); }
 
+struct RedoOverlay::Item {
+  std::vector<uint8_t> body;  // the entry's bytes; `entry` points into them
+  EntryView entry;
+  uint8_t* base = nullptr;           // the box's first element in its tensor's memory
+  uint64_t elements = 0;             // of the box
+  uintptr_t begin = 0, end = 0;      // addresses of the box's bytes
+  std::atomic<uint64_t> written{0};  // changes written so far
+};
+
+RedoOverlay::~RedoOverlay() = default;
+
+Result<std::unique_ptr<RedoOverlay>> RedoOverlay::Load(const RedoLog& log, uint64_t from,
+                                                       uint64_t to,
+                                                       const std::vector<TensorView>& tensors,
+                                                       uint64_t max_bytes) {
+  std::unique_ptr<RedoOverlay> overlay(new RedoOverlay());
+  overlay->path_ = log.path_;
+  std::map<std::string, const TensorView*> by_name;
+  for (const TensorView& t : tensors) by_name[t.name] = &t;
+  uint64_t held = 0;
+  bool suits = true;
+  std::vector<uint64_t> positions;
+  REFIT_RETURN_NOT_OK(
+      ForEachEntry(log.fd_, log.path_, std::max(from, kHeaderBytes), std::min(to, log.size_),
+                   [&](uint64_t at, const uint8_t* body, uint64_t len) -> Status {
+                     if (!suits) return Status::OK();
+                     auto item = std::make_unique<Item>();
+                     item->body.assign(body, body + len);
+                     if (!ParseEntry(item->body.data(), len, &item->entry)) {
+                       return Status::Corrupt(log.path_ + ": log entry at byte " +
+                                              std::to_string(at) + " is malformed");
+                     }
+                     const EntryView& e = item->entry;
+                     if (e.count == 0) return Status::OK();  // a marker
+                     auto it = by_name.find(e.tensor);
+                     if (it == by_name.end()) {
+                       return Status::Corrupt(log.path_ + ": log names tensor '" + e.tensor +
+                                              "' the file does not have");
+                     }
+                     const TensorView& t = *it->second;
+                     item->elements = BoxElements(e.box);
+                     held += len;
+                     // Raw positions are checked for order here (gap-coded ones are increasing by
+                     // construction, checked as they are decoded).
+                     suits = held <= max_bytes && e.box.offset.size() == t.shape.size() &&
+                             SizeOf(t.dtype) == e.elem_size && BoxFits(t.shape, e.box) &&
+                             BoxIsContiguous(t.shape, e.box) &&
+                             (e.gap_coded() ||
+                              (e.DecodePositions(item->elements, positions) &&
+                               StrictlyIncreasing(positions.data(), positions.size())));
+                     if (!suits) return Status::OK();
+                     item->base = const_cast<uint8_t*>(t.bytes()) +
+                                  BoxStartElement(t.shape, e.box) * e.elem_size;
+                     item->begin = reinterpret_cast<uintptr_t>(item->base);
+                     item->end = item->begin + item->elements * e.elem_size;
+                     overlay->changes_ += e.count;
+                     overlay->items_.push_back(std::move(item));
+                     return Status::OK();
+                   })
+          .status());
+  if (!suits) return std::unique_ptr<RedoOverlay>();
+  auto& items = overlay->items_;
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (items[i]->begin < items[i - 1]->end) return std::unique_ptr<RedoOverlay>();
+  }
+  return overlay;
+}
+
+// Calls fn(item, positions, count, values) for the changes of each entry lying in the range,
+// positions box-relative and increasing, and counts them written.
+template <typename Fn>
+Status RedoOverlay::ForChangesIn(const uint8_t* begin, uint64_t bytes, Fn&& fn) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin);
+  const uintptr_t hi = lo + bytes;
+  auto it = std::partition_point(items_.begin(), items_.end(),
+                                 [lo](const std::unique_ptr<Item>& i) { return i->end <= lo; });
+  thread_local std::vector<uint64_t> positions;
+  for (; it != items_.end() && (*it)->begin < hi; ++it) {
+    Item& item = **it;
+    const EntryView& e = item.entry;
+    if (!e.DecodePositions(item.elements, positions)) {
+      return Status::Corrupt(path_ + ": log position outside its box in '" + e.tensor + "'");
+    }
+    const uint64_t first = lo > item.begin ? (lo - item.begin) / e.elem_size : 0;
+    const uint64_t last = (std::min(hi, item.end) - item.begin) / e.elem_size;
+    const auto a = std::lower_bound(positions.begin(), positions.end(), first);
+    const auto b = std::lower_bound(a, positions.end(), last);
+    if (a == b) continue;
+    const uint64_t k = static_cast<uint64_t>(a - positions.begin());
+    REFIT_RETURN_NOT_OK(fn(item, &*a, static_cast<uint64_t>(b - a), e.values + k * e.elem_size));
+    item.written.fetch_add(static_cast<uint64_t>(b - a), std::memory_order_relaxed);
+    if (!wrote_.exchange(true)) MaybeKillAt("redo.overlay_write");
+  }
+  return Status::OK();
+}
+
+namespace {
+// Stores count values of `elem` bytes at byte offsets into `out` (a fixed-size copy per element
+// size: a call to memcpy per change would cost more than the store).
+template <uint32_t kElem>
+void PatchAtFixed(uint8_t* out, const uint64_t* offsets, uint64_t count, const uint8_t* values) {
+  for (uint64_t i = 0; i < count; ++i) std::memcpy(out + offsets[i], values + i * kElem, kElem);
+}
+void PatchAt(uint8_t* out, const uint64_t* offsets, uint64_t count, const uint8_t* values,
+             uint32_t elem) {
+  switch (elem) {
+    case 1:
+      return PatchAtFixed<1>(out, offsets, count, values);
+    case 2:
+      return PatchAtFixed<2>(out, offsets, count, values);
+    case 4:
+      return PatchAtFixed<4>(out, offsets, count, values);
+    case 8:
+      return PatchAtFixed<8>(out, offsets, count, values);
+    default:
+      for (uint64_t i = 0; i < count; ++i) {
+        std::memcpy(out + offsets[i], values + i * elem, elem);
+      }
+  }
+}
+}  // namespace
+
+Status RedoOverlay::ReadPatched(const uint8_t* begin, uint64_t bytes, uint8_t* copy) {
+  FileRange file;
+  if (!FindMappedFile(begin, bytes, &file) || !file.writable) {
+    return Status::Internal(path_ + ": an overlay read memory that is no writable file");
+  }
+  // The range's changes: byte offsets in it, increasing (entries by address, positions
+  // increasing), and their values.
+  thread_local std::vector<uint64_t> offsets;
+  thread_local std::vector<uint8_t> values;
+  offsets.clear();
+  values.clear();
+  uint32_t elem = 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin);
+  REFIT_RETURN_NOT_OK(ForChangesIn(
+      begin, bytes,
+      [&](const Item& item, const uint64_t* positions, uint64_t count, const uint8_t* v) -> Status {
+        if (elem != 0 && elem != item.entry.elem_size) {
+          return Status::Internal(path_ + ": an overlay range spans entries of two element sizes");
+        }
+        elem = item.entry.elem_size;
+        const uint64_t base = item.begin - lo;
+        for (uint64_t i = 0; i < count; ++i) offsets.push_back(base + positions[i] * elem);
+        values.insert(values.end(), v, v + count * elem);
+        return Status::OK();
+      }));
+  // Piece by piece: read, patched and written back while in cache (a span from a change to the
+  // next within the gap, never further: other threads may be writing the rest of a shared page).
+  uint64_t k = 0;
+  for (uint64_t piece = 0; piece < bytes; piece += kOverwriteSpanBytes) {
+    const uint64_t piece_end = std::min(bytes, piece + kOverwriteSpanBytes);
+    REFIT_RETURN_NOT_OK(
+        ReadAllAt(file.fd, copy + piece, piece_end - piece, file.offset + piece, *file.path));
+    while (k < offsets.size() && offsets[k] + elem <= piece_end) {
+      const uint64_t start = offsets[k];
+      uint64_t stop = start + elem;
+      uint64_t j = k + 1;
+      for (; j < offsets.size() && offsets[j] + elem <= piece_end &&
+             offsets[j] <= stop + kOverwriteGapBytes;
+           ++j) {
+        stop = offsets[j] + elem;
+      }
+      PatchAt(copy, offsets.data() + k, j - k, values.data() + k * elem, elem);
+      REFIT_RETURN_NOT_OK(
+          WriteAllAt(file.fd, copy + start, stop - start, file.offset + start, *file.path));
+      k = j;
+    }
+  }
+  if (k != offsets.size()) return Status::Internal(path_ + ": an overlay change was not written");
+  return Status::OK();
+}
+
+Status RedoOverlay::ApplyInPlace(const uint8_t* begin, uint64_t bytes) {
+  return ForChangesIn(begin, bytes,
+                      [](const Item& item, const uint64_t* positions, uint64_t count,
+                         const uint8_t* values) -> Status {
+                        const uint32_t elem = item.entry.elem_size;
+                        REFIT_ASSIGN_OR_RAISE(
+                            bool written,
+                            OverwriteInMappedFile(item.base, elem, positions, count, values));
+                        if (!written)
+                          kernels::ScatterOverwrite(item.base, elem, positions, count, values);
+                        return Status::OK();
+                      });
+}
+
+Status RedoOverlay::ApplyRest() {
+  for (const std::unique_ptr<Item>& item : items_) {
+    if (item->written.load(std::memory_order_relaxed) >= item->entry.count) continue;
+    REFIT_RETURN_NOT_OK(
+        ApplyInPlace(reinterpret_cast<const uint8_t*>(item->begin), item->end - item->begin));
+  }
+  return Status::OK();
+}
+
 Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from, uint64_t to,
                   unsigned disjoint_threads) {
   std::map<std::string, TensorView*> by_name;
@@ -634,15 +857,27 @@ Result<std::unique_ptr<RedoLog>> OpenRedoLog(const std::string& path, bool durab
   return log;
 }
 
+namespace {
+// The policy's rule, with the log counted `scale` times (2: halfway there).
+bool CheckpointReached(const RedoLog& log, uint64_t version, uint64_t file_bytes,
+                       const CheckpointPolicy& policy, uint64_t scale) {
+  const uint64_t cap = policy.bytes != 0 ? policy.bytes : file_bytes;
+  const uint64_t versions = version - log.checkpoint_version();
+  return scale * versions >= policy.versions || scale * log.bytes() >= cap;
+}
+}  // namespace
+
+bool CheckpointDue(const RedoLog& log, uint64_t version, uint64_t file_bytes,
+                   const CheckpointPolicy& policy) {
+  return !log.empty() && CheckpointReached(log, version, file_bytes, policy, 1);
+}
+
 Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
                              const CheckpointPolicy& policy, CheckpointWhen when,
                              const std::function<Status()>& sync_file) {
   if (log.empty()) return false;
-  const uint64_t cap = policy.bytes != 0 ? policy.bytes : file_bytes;
-  const uint64_t versions = version - log.checkpoint_version();
   const uint64_t scale = when == CheckpointWhen::kHalfway ? 2 : 1;
-  if (when != CheckpointWhen::kNow && scale * versions < policy.versions &&
-      scale * log.bytes() < cap) {
+  if (when != CheckpointWhen::kNow && !CheckpointReached(log, version, file_bytes, policy, scale)) {
     return false;
   }
   MaybeKillAt("redo.checkpoint");

@@ -15,6 +15,7 @@
 // - a torn last entry fails its checksum and is cut off (it never reached the file).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -87,8 +88,11 @@ class RedoLog {
   // Starts the kernel writing back what was written (asynchronous), so that a later sync finds
   // little left to wait for.
   void StartWriteback();
-  // Drops the entries at offsets >= `size` (an interrupted attempt that is redone whole).
+  // Drops the entries at offsets >= `size` and every staged one (an interrupted attempt that is
+  // redone whole).
   Status TruncateTo(uint64_t size);
+  // Where the first entry named `record_id` at or past offset `from` ends (NotFound: none).
+  Result<uint64_t> EndOfEntry(const std::string& record_id, uint64_t from) const;
 
   // Writes the entries at offsets in [from, to) (default: every entry) into `tensors`;
   // idempotent. Entries without changes (markers) name no tensor and are skipped.
@@ -105,6 +109,7 @@ class RedoLog {
   static uint64_t HeaderBytes();
 
  private:
+  friend class RedoOverlay;
   RedoLog() = default;
   Status Index(uint64_t from);
   Status WriteHeader(uint64_t version);
@@ -143,6 +148,44 @@ class RedoLog {
 Status ReplayInto(const RedoLog& log, std::vector<TensorView> tensors, uint64_t from = 0,
                   uint64_t to = UINT64_MAX, unsigned disjoint_threads = 1);
 
+// The entries of a log between two offsets (one version's changes to a file: disjoint elements),
+// held in memory and found by where their elements lie, so that a reader of the file writes them
+// as it reads: the sender's diff advances its baseline by the acknowledged version's changes while
+// reading it for the next version, instead of replaying them over the whole file in a pass of its
+// own first. Thread-safe for callers working on disjoint ranges.
+class RedoOverlay {
+ public:
+  // Null (no error) when the entries do not suit an overlay: a box not contiguous in its tensor,
+  // positions not strictly increasing, boxes that overlap, or more than `max_bytes` of entries.
+  static Result<std::unique_ptr<RedoOverlay>> Load(const RedoLog& log, uint64_t from, uint64_t to,
+                                                   const std::vector<TensorView>& tensors,
+                                                   uint64_t max_bytes);
+  ~RedoOverlay();
+
+  // Reads the file's bytes at [begin, begin + bytes) of a registered writable mapping into
+  // `copy` with the changes there patched in, and writes those changes to the file; piece by
+  // piece, each written from its copy while in cache, from a change to the next (a gap over 16
+  // KiB starts a new write), never past the first and last change (other threads may be writing
+  // the rest of a shared page).
+  Status ReadPatched(const uint8_t* begin, uint64_t bytes, uint8_t* copy);
+  // Writes the changes at [begin, begin + bytes) into the file (for a reader in place).
+  Status ApplyInPlace(const uint8_t* begin, uint64_t bytes);
+  // Writes every change neither of the two above has written (idempotent).
+  Status ApplyRest();
+  uint64_t changes() const { return changes_; }
+
+ private:
+  struct Item;
+  RedoOverlay() = default;
+  template <typename Fn>
+  Status ForChangesIn(const uint8_t* begin, uint64_t bytes, Fn&& fn);
+
+  std::string path_;
+  std::vector<std::unique_ptr<Item>> items_;  // by address, disjoint
+  uint64_t changes_ = 0;
+  std::atomic<bool> wrote_ = false;  // a kill point after the first write
+};
+
 // Opens a file's redo log; entries written in another boot (the file's pages since the last
 // checkpoint may never have reached the disk) are first replayed into `tensors`, the file's, up
 // to `clean_bytes` (what the owner committed; entries past it are an interrupted attempt, maybe
@@ -167,6 +210,9 @@ enum class CheckpointWhen { kDue, kHalfway, kNow };
 Result<bool> CheckpointIfDue(RedoLog& log, uint64_t version, uint64_t file_bytes,
                              const CheckpointPolicy& policy, CheckpointWhen when,
                              const std::function<Status()>& sync_file);
+// Whether CheckpointIfDue(kDue) would checkpoint the file holding `version` now.
+bool CheckpointDue(const RedoLog& log, uint64_t version, uint64_t file_bytes,
+                   const CheckpointPolicy& policy);
 
 // Element index in a row-major tensor of the box's i-th element (row-major within the box).
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i);
