@@ -136,6 +136,7 @@ Status PrintSendJson(const SendOptions& o, const Config& config, Sender& sender,
             {"adopted_commit", s.adopted_commit},
             {"republished", s.republished},
             {"advance_resumed_entries", s.advance_resumed_entries},
+            {"advanced_in_diff", s.advanced_in_diff},
             {"seconds", s.total_seconds},
             {"stages", StagesJson(SenderStageSeconds(s))}};
   if (o.wait) {

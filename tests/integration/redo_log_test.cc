@@ -135,6 +135,33 @@ TEST_F(RedoLogSync, SenderKilledAroundTheLogAndCheckpointsRecoversBitExact) {
   }
 }
 
+// With no checkpoint due, the advance is left to the next version's diff (RedoOverlay): the
+// sender killed after the advance's log sync, after the diff's first write into the baseline, and
+// then again during the restarted sender's replay of the interrupted advance. Each restart
+// replays the advance whole and diffs the version again.
+TEST_F(RedoLogSync, SenderKilledWhileItsDiffAdvancesTheBaselineRecoversBitExact) {
+  const std::vector<std::vector<std::string>> kills = {
+      {"sender.advance:1"}, {"redo.overlay_write:1"}, {"redo.overlay_write:1", "redo.replay:1"}};
+  for (const std::vector<std::string>& points : kills) {
+    SCOPED_TRACE(points.back());
+    Use(/*checkpoint_versions=*/8);
+    if (runs_ == 0) SyncOnce(0);
+    SyncOnce(400 + runs_);  // a delta, acknowledged: the next send's diff advances the baseline
+    weights_.Mutate(0.3, 500 + runs_);
+    for (const std::string& point : points) {
+      auto killed = Send({"REFIT_KILL_AT=" + point});
+      ASSERT_EQ(killed.exit_code, 128 + SIGKILL) << point << killed.out << killed.err;
+    }
+    auto s = Send();
+    ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+    EXPECT_NE(s.out.find("baseline advance resumed"), std::string::npos) << s.out;
+    auto r = Recv();
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_TRUE(SameTensors(dir_ / "w.safetensors", dir_ / "receiver/model.safetensors"));
+    ThenTwoMoreVersionsAreBitExact();
+  }
+}
+
 // A crash while the log was being written leaves its last entry torn anywhere: the restarted
 // receiver cuts it (that record was never written into the model) and applies it afresh.
 TEST_F(RedoLogSync, ATornLogTailIsCutAndTheVersionCompletes) {

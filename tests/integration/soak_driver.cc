@@ -171,16 +171,17 @@ class Soak {
       // Each process start arms one kill point, so that every point gets its share of kills:
       // points met once per version get a high probability, points met per payload or record
       // (and the journal point, met per xor/step record) a low one.
-      static const char* const kSenderPoints[] = {"sender.payload_put", "sender.manifest_put",
-                                                  "sender.commit_put",  "sender.advance",
-                                                  "sender.retention",   "receiver.journaled"};
+      static const char* const kSenderPoints[] = {
+          "sender.payload_put", "sender.manifest_put", "sender.commit_put", "sender.advance",
+          "sender.retention",   "receiver.journaled",  "redo.overlay_write"};
       static const char* const kReceiverPoints[] = {"receiver.applying", "receiver.record_applied",
                                                     "receiver.journaled", "receiver.model_synced",
                                                     "receiver.ack"};
       const std::string point =
-          sender_side ? kSenderPoints[rng_() % 6] : kReceiverPoints[rng_() % 5];
+          sender_side ? kSenderPoints[rng_() % 7] : kReceiverPoints[rng_() % 5];
       const bool once_per_version = point == "sender.manifest_put" || point == "sender.retention" ||
-                                    point == "sender.commit_put" || point == "receiver.applying" ||
+                                    point == "redo.overlay_write" || point == "sender.commit_put" ||
+                                    point == "receiver.applying" ||
                                     point == "receiver.model_synced" || point == "receiver.ack";
       c << "kill_points = [\"" << point << "\"]\nkill = " << (once_per_version ? 0.12 : 0.03)
         << "\n";

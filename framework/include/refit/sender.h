@@ -60,6 +60,10 @@ struct SyncStats {
   bool adopted_commit = false;
   bool republished = false;
   uint64_t advance_resumed_entries = 0;
+  // The baseline's advance to the acknowledged version was written by this version's diff as it
+  // read the baseline (one read of it per version), not replayed before it; its time is then
+  // part of diff_seconds.
+  bool advanced_in_diff = false;
 };
 // Progress of long work: bytes done of the total so far. Called on the caller's thread, from inside
 // the call that does the work; it must not call back into the object reporting.

@@ -6,6 +6,7 @@
 
 #include "common/file_util.h"
 #include "common/stopwatch.h"
+#include "receive/journal.h"
 #include "refit/kernels/diff.h"
 
 namespace refit::internal {
@@ -218,6 +219,7 @@ void DeltaWriter::Compute(Slot& slot) {
   const uint8_t* new_bits = nullptr;
   const uint8_t* old_bits = nullptr;
   ReadBits(slot, &new_bits, &old_bits);
+  if (!slot.status.ok()) return;
   // Only an encoder (and a changes sink) reads the packed values (a dense record copies the bits
   // at commit).
   const bool encoder = single_ != nullptr || auto_ != nullptr;
@@ -227,9 +229,11 @@ void DeltaWriter::Compute(Slot& slot) {
   const uint8_t* new_in_place = new_bits;
   const uint8_t* old_in_place = old_bits;
   if (old_bits != nullptr && encoder && read_through_files_) {
-    slot.status = ReadThroughFiles(n * elem, &new_bits, &old_bits);
+    slot.status = ReadThroughFiles(n * elem, &new_bits, &old_bits, old_overlay_);
     if (!slot.status.ok()) return;
   }
+  slot.status = AdvanceOldBits(slot, old_in_place, old_bits, n * elem);
+  if (!slot.status.ok()) return;
   const bool encodes = encoder || changes_ != nullptr;
   uint64_t digest = 0;
   const uint64_t changed = DiffAndDigest(slot, new_bits, old_bits, encodes, &digest);
@@ -270,20 +274,30 @@ void DeltaWriter::Compute(Slot& slot) {
 }
 
 Status DeltaWriter::ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits,
-                                     const uint8_t** old_bits) {
+                                     const uint8_t** old_bits, RedoOverlay* old_overlay) {
   thread_local kernels::UninitVector<uint8_t> new_read;
   thread_local kernels::UninitVector<uint8_t> old_read;
-  const auto read = [bytes](const uint8_t** bits, kernels::UninitVector<uint8_t>& buffer) {
+  const auto read = [bytes](const uint8_t** bits, kernels::UninitVector<uint8_t>& buffer,
+                            RedoOverlay* overlay) {
     FileRange file;
     // A populated mapping (a long-lived sender's baseline) is read where it is.
     if (!FindMappedFile(*bits, bytes, &file) || file.warm) return Status::OK();
     if (buffer.size() < bytes) buffer.resize(bytes);
-    REFIT_RETURN_NOT_OK(PreadMapped(file, buffer.data(), bytes));
+    REFIT_RETURN_NOT_OK(overlay != nullptr ? overlay->ReadPatched(*bits, bytes, buffer.data())
+                                           : PreadMapped(file, buffer.data(), bytes));
     *bits = buffer.data();
     return Status::OK();
   };
-  REFIT_RETURN_NOT_OK(read(new_bits, new_read));
-  return read(old_bits, old_read);
+  REFIT_RETURN_NOT_OK(read(new_bits, new_read, nullptr));
+  return read(old_bits, old_read, old_overlay);
+}
+
+Status DeltaWriter::AdvanceOldBits(Slot& slot, const uint8_t* old_in_place, const uint8_t* old_bits,
+                                   uint64_t bytes) {
+  if (old_overlay_ == nullptr || old_in_place == nullptr) return Status::OK();
+  // Gathered (ReadBits) or read through the file (ReadThroughFiles): written as it was read.
+  if (old_in_place == slot.old_scratch.data() || old_bits != old_in_place) return Status::OK();
+  return old_overlay_->ApplyInPlace(old_in_place, bytes);
 }
 
 void DeltaWriter::ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits) {
@@ -303,6 +317,15 @@ void DeltaWriter::ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t**
   GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
   *new_bits = slot.new_scratch.data();
   if (s.old_bits != nullptr) {
+    if (old_overlay_ != nullptr) {
+      // The baseline's pending changes in the box go into the file before it is gathered.
+      ForEachRun(s.local_shape, local, [&](uint64_t start, uint64_t count) {
+        if (slot.status.ok()) {
+          slot.status = old_overlay_->ApplyInPlace(s.old_bits + start * elem, count * elem);
+        }
+      });
+      if (!slot.status.ok()) return;
+    }
     slot.old_scratch.resize(n * elem);
     GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
     *old_bits = slot.old_scratch.data();

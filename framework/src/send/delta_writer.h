@@ -17,6 +17,8 @@
 
 namespace refit::internal {
 
+class RedoOverlay;
+
 // One slice to diff and encode: a box of a local tensor that maps onto a box (same extent) of a
 // canonical tensor.
 struct SliceSource {
@@ -78,6 +80,11 @@ class DeltaWriter {
                            const uint64_t* positions, uint64_t count, const uint8_t* new_values)>;
   void SetChangesSink(ChangesFn fn) { changes_ = std::move(fn); }
 
+  // The old bits are a file with changes still to be written into it (a sender's baseline, one
+  // acknowledged version behind): each chunk's are written as the chunk is read, and the chunk
+  // is diffed against the bits with them. Before the first Add; must outlive the writer.
+  void SetOldBitsOverlay(RedoOverlay* overlay) { old_overlay_ = overlay; }
+
   // About how many bytes of tensor data will be added (before the first Add): below 1 MiB per
   // thread, fewer threads are used (their start-up and hand-offs would cost more than they save);
   // from 8 chunks per thread on, bits in files are read through them (ReadThroughFiles).
@@ -113,8 +120,12 @@ class DeltaWriter {
   void ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t** old_bits);
   // Bits lying in a MappedFile are copied into this thread's buffers with pread (the pointers
   // then name the copies; valid until this thread's next call).
-  static Status ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits,
-                                 const uint8_t** old_bits);
+  // With an overlay, the old bits' copy has its changes patched in and written to the file.
+  static Status ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits, const uint8_t** old_bits,
+                                 RedoOverlay* old_overlay);
+  // Writes the overlay's changes in the chunk's old bits read in place (in the file).
+  Status AdvanceOldBits(Slot& slot, const uint8_t* old_in_place, const uint8_t* old_bits,
+                        uint64_t bytes);
   // Changed positions (and their packed values when `encodes`) and the digest of the new bits;
   // the number of changed elements.
   uint64_t DiffAndDigest(Slot& slot, const uint8_t* new_bits, const uint8_t* old_bits, bool encodes,
@@ -140,6 +151,7 @@ class DeltaWriter {
   PayloadBuilder builder_;
   FlushFn flush_;
   ChangesFn changes_;
+  RedoOverlay* old_overlay_ = nullptr;
   unsigned threads_;
   bool read_through_files_ = false;
   uint64_t max_in_flight_bytes_ = 0;

@@ -62,6 +62,10 @@ internal::SliceSource SliceSourceOf(const LocalSlice& s, const TensorView& t,
 // a 1 GB model at 1.5% density) after the last record, on the way to the commit; 4 MiB, 2-20 ms.
 constexpr uint64_t kPendingFlushBytes = 4ull << 20;
 
+// Pending changes held in memory for the next diff to write (RedoOverlay) up to this many bytes
+// of log entries (~25 MB per version of a 1 GB model at 1.5% density); more are replayed first.
+constexpr uint64_t kMaxDeferredAdvanceBytes = 512ull << 20;
+
 // Appends each record's changes of a delta to the baseline's redo log, past its committed size
 // (ids `prefix` + a counter), written but not synced.
 internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, const char* prefix) {
@@ -152,6 +156,11 @@ struct Sender::Impl {
   std::vector<Ack> acks;
   uint64_t advance_resumed_entries = 0;  // of the last baseline advance
   double advance_seconds = 0;            // of the last baseline advance
+  // An advance left to the next version's diff (Publish): the pending changes it writes into the
+  // baseline as it reads it, and the log's size once the advance is complete (its marker's end).
+  bool may_defer_advance = false;
+  std::unique_ptr<internal::RedoOverlay> deferred_advance;
+  uint64_t deferred_log_bytes = 0;
   // With a key, manifests and commits are signed and name their objects' SHA-256.
   std::optional<std::string> auth_key;
   // Rank 0: SHA-256 of the COMMIT of published_version, the `prev` of the next commit.
@@ -535,21 +544,60 @@ struct Sender::Impl {
   }
 
   // Advances the baseline by the pending changes: a marker of the advance and everything before
-  // it synced, then the changes written into the file (a kill after the sync replays them).
+  // it synced, then the changes written into the file (a kill after the sync replays them). In
+  // Publish, they are left to the next version's diff when they suit an overlay and no
+  // checkpoint is due (a checkpoint empties the log, which then still holds the next version's
+  // pending changes): each chunk of the baseline is advanced as the diff reads it, so the
+  // baseline is read once per version, not twice.
   Status AdvanceFromPending() {
     const std::string started = AdvanceId(published_version);
-    if (redo->Has(started)) {
-      // Killed mid advance (maybe before its sync returned): synced again, replayed again.
+    const bool resumed = redo->Has(started);
+    if (resumed) {
+      // Killed mid advance (maybe before its sync returned): synced again, replayed again. What
+      // follows the marker is the next version's pending changes from a diff that advanced the
+      // baseline as it read it: dropped, that version is diffed again.
       advance_resumed_entries = redo->interrupted_entries();
+      REFIT_ASSIGN_OR_RAISE(const uint64_t marker_end, redo->EndOfEntry(started, log_bytes));
+      REFIT_RETURN_NOT_OK(redo->TruncateTo(marker_end));
       REFIT_RETURN_NOT_OK(redo->Sync());
     } else {
       REFIT_RETURN_NOT_OK(redo->Stage(started, "", Box{}, 1, nullptr, 0, nullptr));
       REFIT_RETURN_NOT_OK(redo->Flush());
     }
     internal::MaybeKillAt("sender.advance");
+    if (!resumed) {
+      REFIT_ASSIGN_OR_RAISE(deferred_advance, LoadDeferrable());
+      if (deferred_advance != nullptr) {
+        deferred_log_bytes = redo->bytes();
+        return Status::OK();
+      }
+    }
     // One version's records: disjoint, replayed on the sender's threads.
     return internal::ReplayInto(*redo, baseline->tensors(), log_bytes, UINT64_MAX,
                                 std::max(1u, threads));
+  }
+
+  // The pending changes as an overlay for the next diff, or null: not in Publish, a checkpoint
+  // due once advanced, or changes that do not suit one (receive/journal.h).
+  Result<std::unique_ptr<internal::RedoOverlay>> LoadDeferrable() {
+    if (!may_defer_advance ||
+        internal::CheckpointDue(*redo, published_version, baseline->file_size(), checkpoint)) {
+      return std::unique_ptr<internal::RedoOverlay>();
+    }
+    return internal::RedoOverlay::Load(*redo, log_bytes, redo->bytes(), baseline->tensors(),
+                                       kMaxDeferredAdvanceBytes);
+  }
+
+  // Completes an advance left to the diff: what the diff did not read is written now, and the
+  // baseline holds the published version. The log keeps the next version's pending changes,
+  // written since, past its new committed size.
+  Status FinishDeferredAdvance() {
+    if (deferred_advance == nullptr) return Status::OK();
+    REFIT_RETURN_NOT_OK(deferred_advance->ApplyRest());
+    deferred_advance.reset();
+    baseline_version = published_version;
+    log_bytes = deferred_log_bytes;
+    return SaveState();
   }
 
   // The baseline is not advanced to the published version (a receiver asked for a full sync, or
@@ -685,7 +733,11 @@ struct Sender::Impl {
                                                  nullptr, &sink));
       internal::MaybeKillAt("sender.advance");
     }
-    if (pending) REFIT_RETURN_NOT_OK(AdvanceFromPending());
+    if (pending) {
+      REFIT_RETURN_NOT_OK(AdvanceFromPending());
+      if (deferred_advance != nullptr)
+        return Status::OK();  // FinishDeferredAdvance, after the diff
+    }
     baseline_version = published_version;
     log_bytes = redo->bytes();
     REFIT_RETURN_NOT_OK(SaveState());
@@ -699,12 +751,36 @@ struct Sender::Impl {
   Result<bool> TrackChanges(bool full, internal::DeltaWriter& writer) {
     if (full) return false;
     if (redo == nullptr) REFIT_RETURN_NOT_OK(OpenLog());
-    REFIT_RETURN_NOT_OK(DropUncommitted());
+    // An advance left to this diff ends the log now (its pending changes must stay).
+    if (deferred_advance == nullptr) REFIT_RETURN_NOT_OK(DropUncommitted());
+    writer.SetOldBitsOverlay(deferred_advance.get());
     writer.SetChangesSink(PendingChangesSink(redo.get(), kPendingPrefix));
     return true;
   }
 
   // Publish's steps (defined here, in the class, so they stay hidden in librefit.so).
+  // Publish's wait for the acks: the advance may be left to the diff that follows. (One left by
+  // a publish that failed is dropped here: the next advance finds its marker and replays it.)
+  Status WaitAndAdvanceBeforeDiff(Sender& sender) {
+    deferred_advance.reset();
+    may_defer_advance = true;
+    Status waited = sender.WaitAndAdvance(ack_timeout);
+    may_defer_advance = false;
+    return waited;
+  }
+
+  // This rank's manifest of `version`, its payloads still to come.
+  Manifest NewManifest(uint64_t version, bool full) const {
+    Manifest manifest;
+    manifest.version = version;
+    // A delta is on the published version: the baseline holds it, or will once the diff has
+    // written the advance left to it.
+    if (!full) manifest.base_version = deferred_advance ? published_version : baseline_version;
+    manifest.full = full;
+    manifest.rank = rank;
+    manifest.world = world;
+    return manifest;
+  }
   // Whether this version is a full sync (no baseline, one was asked for, or the tensor set
   // changed); fills old_by_name with the baseline's tensors.
   bool NeedsFull(uint64_t version, const std::vector<TensorView>& weights,
@@ -997,7 +1073,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
     REFIT_RETURN_NOT_OK(m.RecoverUnfinished(&stats));
     m.advance_resumed_entries = 0;
     m.advance_seconds = 0;
-    REFIT_RETURN_NOT_OK(WaitAndAdvance(m.ack_timeout));
+    REFIT_RETURN_NOT_OK(m.WaitAndAdvanceBeforeDiff(*this));
     REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
     if (m.rank == 0) m.Retain();
     stats.advance_resumed_entries = m.advance_resumed_entries;
@@ -1007,13 +1083,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   const uint64_t version = m.published_version + 1;
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
+  if (full) REFIT_RETURN_NOT_OK(m.FinishDeferredAdvance());  // a full sync reads no baseline
 
-  Manifest manifest;
-  manifest.version = version;
-  if (!full) manifest.base_version = m.baseline_version;
-  manifest.full = full;
-  manifest.rank = m.rank;
-  manifest.world = m.world;
+  Manifest manifest = m.NewManifest(version, full);
 
   // Payloads are put on a background thread while the writer encodes the next one.
   internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
@@ -1043,6 +1115,8 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   REFIT_ASSIGN_OR_RAISE(const bool tracked, m.TrackChanges(full, writer));
   REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));
   REFIT_RETURN_NOT_OK(writer.Finish());
+  stats.advanced_in_diff = m.deferred_advance != nullptr;
+  REFIT_RETURN_NOT_OK(m.FinishDeferredAdvance());
   if (tracked) REFIT_RETURN_NOT_OK(m.FinishPendingChanges(version));
   REFIT_RETURN_NOT_OK(putter.Drain());
   stats.send_seconds = putter.wait_seconds();
