@@ -14,6 +14,7 @@
 
 #include "cli_harness.h"
 #include "common/file_util.h"
+#include "format/wire.h"
 #include "refit/refit.h"
 
 namespace refit::testing {
@@ -32,7 +33,8 @@ class AdvanceInDiffTest : public ::testing::TestWithParam<Reads> {
     }
     const std::string text =
         "[sender]\nstate_dir = \"" + dir_ / "sender" +
-        "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n\n[receiver]\nid = "
+        "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\nbucket_bytes = "
+        "\"4KiB\"\n\n[receiver]\nid = "
         "\"r0\"\nstate_dir = \"" +
         dir_ / "receiver" + "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
         dir_ / "sync" + "\"\nfsync = false\n";
@@ -103,6 +105,49 @@ TEST_P(AdvanceInDiffTest, TheBaselineAdvancesInTheNextDiffBitExact) {
     }
   }
   EXPECT_EQ(in_diff, advances - 1) << "one advance of twelve is replayed, at the due checkpoint";
+}
+
+// A publish that fails while its diff is advancing the baseline (a payload put refused: the
+// version's directory is a file) leaves the advance half written; the same sender's next publish
+// replays it whole from its marker and diffs again, bit-exact.
+TEST_P(AdvanceInDiffTest, APublishThatFailsMidDiffIsRedoneByTheSameSender) {
+  SyncOnce(1);
+  weights_.Mutate(0.02, 601);
+  SyncOnce(2);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(weights_.Write(dir_ / "previous.safetensors"));
+  const Checkpoint version_2 = weights_;
+  weights_.Mutate(0.3, 602);  // payloads fill (4 KiB) and are put while the diff goes on
+  const std::string blocked = dir_ / ("sync/" + VersionDir(3));
+  WriteAll(blocked, "not a directory");
+  std::vector<TensorView> views;
+  for (auto& t : weights_.tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+  auto failed = sender_->Publish(views);
+  ASSERT_FALSE(failed.ok()) << "the put into a file's path succeeded";
+  ASSERT_EQ(sender_->baseline_version(), 1u) << "the advance was complete before the failure";
+  fs::remove(blocked);
+  // Published again with the weights of now (other changes): a change of the failed attempt
+  // left in the log would advance the baseline to bits no version had.
+  weights_ = version_2;
+  weights_.Mutate(0.3, 603);
+  views.clear();
+  for (auto& t : weights_.tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+  auto published = sender_->Publish(views);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_EQ(published->version, 3u);
+  EXPECT_EQ(sender_->baseline_version(), 2u);
+  EXPECT_TRUE(SameTensors(dir_ / "previous.safetensors", dir_ / "sender/baseline.r0.safetensors"));
+  auto applied = receiver_->PollOnce();
+  ASSERT_TRUE(applied.ok() && applied->has_value()) << applied.status().ToString();
+  ASSERT_TRUE(weights_.Write(dir_ / "weights.safetensors"));
+  EXPECT_TRUE(SameTensors(dir_ / "weights.safetensors", dir_ / "receiver/model.safetensors"));
+  for (uint64_t version = 4; version <= 5; ++version) {
+    ASSERT_TRUE(weights_.Write(dir_ / "previous.safetensors"));
+    weights_.Mutate(0.02, 600 + version);
+    SyncOnce(version);
+    EXPECT_TRUE(
+        SameTensors(dir_ / "previous.safetensors", dir_ / "sender/baseline.r0.safetensors"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(BaselineReads, AdvanceInDiffTest,
