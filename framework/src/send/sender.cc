@@ -759,6 +759,7 @@ struct Sender::Impl {
   }
 
   // Publish's steps (defined here, in the class, so they stay hidden in librefit.so).
+
   // Publish's wait for the acks: the advance may be left to the diff that follows. (One left by
   // a publish that failed is dropped here: the next advance finds its marker and replays it.)
   Status WaitAndAdvanceBeforeDiff(Sender& sender) {
@@ -781,6 +782,7 @@ struct Sender::Impl {
     manifest.world = world;
     return manifest;
   }
+
   // Whether this version is a full sync (no baseline, one was asked for, or the tensor set
   // changed); fills old_by_name with the baseline's tensors.
   bool NeedsFull(uint64_t version, const std::vector<TensorView>& weights,
