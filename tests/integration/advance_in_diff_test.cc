@@ -61,9 +61,7 @@ class AdvanceInDiffTest : public ::testing::TestWithParam<Reads> {
   // Publishes the weights and applies them; the receiver's model is the weights.
   SyncStats SyncOnce(uint64_t version) {
     if (GetParam() == Reads::kThroughTheFile) MakeSender();  // never warm
-    std::vector<TensorView> views;
-    for (auto& t : weights_.tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
-    auto published = sender_->Publish(views);
+    auto published = sender_->Publish(weights_.Views());
     EXPECT_TRUE(published.ok()) << published.status().ToString();
     if (!published.ok()) return {};
     EXPECT_EQ(published->version, version);
@@ -120,9 +118,7 @@ TEST_P(AdvanceInDiffTest, APublishThatFailsMidDiffIsRedoneByTheSameSender) {
   weights_.Mutate(0.3, 602);  // payloads fill (4 KiB) and are put while the diff goes on
   const std::string blocked = dir_ / ("sync/" + VersionDir(3));
   WriteAll(blocked, "not a directory");
-  std::vector<TensorView> views;
-  for (auto& t : weights_.tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
-  auto failed = sender_->Publish(views);
+  auto failed = sender_->Publish(weights_.Views());
   ASSERT_FALSE(failed.ok()) << "the put into a file's path succeeded";
   ASSERT_EQ(sender_->baseline_version(), 1u) << "the advance was complete before the failure";
   fs::remove(blocked);
@@ -130,9 +126,7 @@ TEST_P(AdvanceInDiffTest, APublishThatFailsMidDiffIsRedoneByTheSameSender) {
   // left in the log would advance the baseline to bits no version had.
   weights_ = version_2;
   weights_.Mutate(0.3, 603);
-  views.clear();
-  for (auto& t : weights_.tensors) views.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
-  auto published = sender_->Publish(views);
+  auto published = sender_->Publish(weights_.Views());
   ASSERT_TRUE(published.ok()) << published.status().ToString();
   EXPECT_EQ(published->version, 3u);
   EXPECT_EQ(sender_->baseline_version(), 2u);

@@ -339,9 +339,6 @@ std::map<uintptr_t, MappedFileEntry>& MappedFiles() {
   return *files;
 }
 
-// Spans of a patched write: at most this long, and a change this far past the span's last one
-// starts a new span instead of reading and writing the bytes between.
-
 }  // namespace
 
 bool FindMappedFile(const void* begin, uint64_t bytes, FileRange* out) {

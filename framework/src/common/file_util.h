@@ -145,16 +145,18 @@ Status PreadMapped(const FileRange& file, uint8_t* out, uint64_t bytes);
 // Writes `bytes` of `data` to `file` at its offset (pwrite); the file must be writable.
 Status PwriteMapped(const FileRange& file, const uint8_t* data, uint64_t bytes);
 
+// Spans of a patched write through a file: at most kOverwriteSpanBytes long (patched and written
+// while in cache), and a change more than kOverwriteGapBytes past the span's last one starts a
+// new span instead of reading and writing the bytes between.
+inline constexpr uint64_t kOverwriteGapBytes = 16 << 10;
+inline constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
+
 // When base's elements lie in a writable MappedFile: overwrites `count` elements of `elem` bytes
 // at `positions` (element indices from `base`) with the packed `values` through the file and
 // answers true. The bytes from one change to the next are read, patched and written back in
-// spans (at most 256 KiB; a gap over 16 KiB starts a new one), never past the first and last
-// change: callers on other threads may be writing the rest of a shared page. False, writing
-// nothing, for any other memory: the caller stores into it.
-// Changes further apart than this are written by separate writes, not one spanning the gap; a
-// write covers at most kOverwriteSpanBytes (patched and written while in cache).
-inline constexpr uint64_t kOverwriteGapBytes = 16 << 10;
-inline constexpr uint64_t kOverwriteSpanBytes = 256 << 10;
+// spans (above), never past the first and last change: callers on other threads may be writing
+// the rest of a shared page. False, writing nothing, for any other memory: the caller stores
+// into it.
 Result<bool> OverwriteInMappedFile(uint8_t* base, uint32_t elem, const uint64_t* positions,
                                    uint64_t count, const uint8_t* values);
 

@@ -385,20 +385,7 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
 // Writes a record's verified changes into its target: only the changed elements are touched (a
 // model file's through the file, file_util.h: OverwriteInMappedFile).
 Status WriteChanges(const RecordChanges& c, TensorView& target, const Box& box, uint32_t elem) {
-  const uint64_t count = c.count;
-  const uint64_t* pos = c.positions;
-  const uint8_t* values = c.values;
-  if (BoxIsContiguous(target.shape, box)) {
-    uint8_t* base = target.bytes() + BoxStartElement(target.shape, box) * elem;
-    REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, elem, pos, count, values));
-    if (!written) kernels::ScatterOverwrite(base, elem, pos, count, values);
-    return Status::OK();
-  }
-  for (uint64_t k = 0; k < count; ++k) {
-    std::memcpy(target.bytes() + BoxElementIndex(target.shape, box, pos[k]) * elem,
-                values + k * elem, elem);
-  }
-  return Status::OK();
+  return OverwriteBox(target, box, elem, c.positions, c.count, c.values);
 }
 
 // The most bytes of changes held (computed, not yet written) per window of records: two
@@ -506,11 +493,24 @@ void CutListSlices(const Payload& payload, const std::vector<CheckedRecord>& che
   }
 }
 
-}  // namespace
+// Waits for the sync of the window logged last (`label`'s payload): its changes may be written
+// from here, not before.
+Status WaitLogged(std::future<Status>& syncing, const std::string& label, ApplyStats* stats) {
+  Stopwatch wait;
+  Status synced = syncing.get().WithContext(label);
+  if (stats != nullptr) stats->log_sync_seconds += wait.Seconds();
+  REFIT_RETURN_NOT_OK(synced);
+  MaybeKillAt("receiver.journaled");
+  return Status::OK();
+}
 
-Status WaitLogged(std::future<Status>& syncing, const std::string& label, ApplyStats* stats);
-
-namespace {
+// Writes record i of a logged window into its file (nothing for a record without a tensor or
+// one an interrupted attempt logged, already written by the replay).
+Status WriteLoggedRecord(const Window& w, size_t i) {
+  const WindowRecord& r = w.records[i];
+  if (r.tensor == nullptr || w.changes[i].logged_before) return Status::OK();
+  return WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
+}
 
 // One stripe's part of writing the previous window: its log sync waited for once (by the first
 // stripe to get here; the others wait for that), then the window's records taken one by one.
@@ -519,9 +519,7 @@ void WritePreviousWindow(PreviousWindowWrite& job) {
   if (!job.synced.ok()) return;
   const Window& w = *job.window;
   for (size_t i = job.next.fetch_add(1); i < w.records.size(); i = job.next.fetch_add(1)) {
-    const WindowRecord& r = w.records[i];
-    if (r.tensor == nullptr || w.changes[i].logged_before) continue;
-    job.failed[i] = WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
+    job.failed[i] = WriteLoggedRecord(w, i);
   }
 }
 
@@ -550,7 +548,7 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
     if (i >= w.first && i < w.end) order.push_back(i);
   }
   std::atomic<size_t> next{0};
-  std::vector<double> write_seconds(stripes, 0.0);
+  std::vector<double> write_seconds(std::max<size_t>(stripes, 1), 0.0);
   if (write_prev != nullptr) {
     write_prev->failed.assign(write_prev->window->records.size(), Status::OK());
     write_prev->ran = true;
@@ -609,26 +607,6 @@ Status LogWindow(const std::string& label, RedoLog& log, const Window& w) {
   return log.Flush();
 }
 
-// Writes a logged (synced) window's changes into the file, then reports its records.
-Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>& failed,
-                     ApplyStats* stats);
-
-Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
-  const size_t count = w.records.size();
-  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
-  std::vector<Status> failed(count);
-  Stopwatch write;
-  RunStripes(sink.pool, stripes, [&](size_t k) {
-    for (size_t i = k; i < count; i += stripes) {
-      const WindowRecord& r = w.records[i];
-      if (r.tensor == nullptr || w.changes[i].logged_before) continue;
-      failed[i] = WriteChanges(w.changes[i], *r.tensor, r.box, r.elem);
-    }
-  });
-  if (stats != nullptr) stats->write_seconds += write.Seconds();
-  return ReportWritten(sink, w, failed, stats);
-}
-
 // After a logged window's writes: the first failure, else its records reported.
 Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>& failed,
                      ApplyStats* stats) {
@@ -647,6 +625,19 @@ Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>
     if (sink.applied) sink.applied(*r.tensor, r.box, r.digest);
   }
   return Status::OK();
+}
+
+// Writes a logged (synced) window's changes into the file, then reports its records.
+Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
+  const size_t count = w.records.size();
+  const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
+  std::vector<Status> failed(count);
+  Stopwatch write;
+  RunStripes(sink.pool, stripes, [&](size_t k) {
+    for (size_t i = k; i < count; i += stripes) failed[i] = WriteLoggedRecord(w, i);
+  });
+  if (stats != nullptr) stats->write_seconds += write.Seconds();
+  return ReportWritten(sink, w, failed, stats);
 }
 
 void AddComputeStats(const Window& w, ApplyStats* stats) {
@@ -722,17 +713,6 @@ void LoggedTailDeleter::operator()(LoggedTail* tail) const {
   // Never leaves a sync running on a log that may be closed next.
   if (tail->syncing.valid()) tail->syncing.wait();
   delete tail;
-}
-
-// Waits for the sync of the window logged last (`label`'s payload): its changes may be written
-// from here, not before.
-Status WaitLogged(std::future<Status>& syncing, const std::string& label, ApplyStats* stats) {
-  Stopwatch wait;
-  Status synced = syncing.get().WithContext(label);
-  if (stats != nullptr) stats->log_sync_seconds += wait.Seconds();
-  REFIT_RETURN_NOT_OK(synced);
-  MaybeKillAt("receiver.journaled");
-  return Status::OK();
 }
 
 Status FinishLoggedTail(ApplySink& sink, ApplyStats* stats) {

@@ -190,6 +190,32 @@ const std::string& CurrentBootId() {
 
 uint64_t RedoLog::HeaderBytes() { return kHeaderBytes; }
 
+namespace {
+// A contiguous box's changes from its first element `base`: through the file where it lies in a
+// writable MappedFile (file_util.h), else stored into memory.
+Status OverwriteContiguous(uint8_t* base, uint32_t elem, const uint64_t* positions, uint64_t count,
+                           const uint8_t* values) {
+  REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, elem, positions, count, values));
+  if (!written) kernels::ScatterOverwrite(base, elem, positions, count, values);
+  return Status::OK();
+}
+}  // namespace
+
+Status OverwriteBox(const TensorView& tensor, const Box& box, uint32_t elem,
+                    const uint64_t* positions, uint64_t count, const uint8_t* values) {
+  uint8_t* bytes = tensor.bytes();
+  // A contiguous box (the common case) maps a position by one addition.
+  if (BoxIsContiguous(tensor.shape, box)) {
+    return OverwriteContiguous(bytes + BoxStartElement(tensor.shape, box) * elem, elem, positions,
+                               count, values);
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    std::memcpy(bytes + BoxElementIndex(tensor.shape, box, positions[i]) * elem, values + i * elem,
+                elem);
+  }
+  return Status::OK();
+}
+
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i) {
   uint64_t index = 0;
   uint64_t stride = 1;
@@ -546,21 +572,7 @@ Status ReplayEntry(const std::string& path, const std::map<std::string, TensorVi
   if (!e.DecodePositions(n, positions)) {
     return Status::Corrupt(path + ": log position outside its box in '" + e.tensor + "'");
   }
-  // A contiguous box (the common case) maps a position by one addition.
-  const bool contiguous = BoxIsContiguous(t.shape, e.box);
-  if (contiguous) {
-    // A model or baseline file is written through the file (file_util.h).
-    uint8_t* base = t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size;
-    REFIT_ASSIGN_OR_RAISE(bool written, OverwriteInMappedFile(base, e.elem_size, positions.data(),
-                                                              e.count, e.values));
-    if (!written) kernels::ScatterOverwrite(base, e.elem_size, positions.data(), e.count, e.values);
-    return Status::OK();
-  }
-  for (uint64_t i = 0; i < e.count; ++i) {
-    std::memcpy(t.bytes() + BoxElementIndex(t.shape, e.box, positions[i]) * e.elem_size,
-                e.values + i * e.elem_size, e.elem_size);
-  }
-  return Status::OK();
+  return OverwriteBox(t, e.box, e.elem_size, positions.data(), e.count, e.values);
 }
 
 // Replays a batch of entries (disjoint elements, so in any order) on `threads` threads, this
@@ -689,8 +701,7 @@ Result<std::unique_ptr<RedoOverlay>> RedoOverlay::Load(const RedoLog& log, uint6
                               (e.DecodePositions(item->elements, positions) &&
                                StrictlyIncreasing(positions.data(), positions.size())));
                      if (!suits) return Status::OK();
-                     item->base = const_cast<uint8_t*>(t.bytes()) +
-                                  BoxStartElement(t.shape, e.box) * e.elem_size;
+                     item->base = t.bytes() + BoxStartElement(t.shape, e.box) * e.elem_size;
                      item->begin = reinterpret_cast<uintptr_t>(item->base);
                      item->end = item->begin + item->elements * e.elem_size;
                      overlay->changes_ += e.count;
@@ -736,54 +747,28 @@ Status RedoOverlay::ForChangesIn(const uint8_t* begin, uint64_t bytes, Fn&& fn) 
   return Status::OK();
 }
 
-namespace {
-// Stores count values of `elem` bytes at byte offsets into `out` (a fixed-size copy per element
-// size: a call to memcpy per change would cost more than the store).
-template <uint32_t kElem>
-void PatchAtFixed(uint8_t* out, const uint64_t* offsets, uint64_t count, const uint8_t* values) {
-  for (uint64_t i = 0; i < count; ++i) std::memcpy(out + offsets[i], values + i * kElem, kElem);
-}
-void PatchAt(uint8_t* out, const uint64_t* offsets, uint64_t count, const uint8_t* values,
-             uint32_t elem) {
-  switch (elem) {
-    case 1:
-      return PatchAtFixed<1>(out, offsets, count, values);
-    case 2:
-      return PatchAtFixed<2>(out, offsets, count, values);
-    case 4:
-      return PatchAtFixed<4>(out, offsets, count, values);
-    case 8:
-      return PatchAtFixed<8>(out, offsets, count, values);
-    default:
-      for (uint64_t i = 0; i < count; ++i) {
-        std::memcpy(out + offsets[i], values + i * elem, elem);
-      }
-  }
-}
-}  // namespace
-
 Status RedoOverlay::ReadPatched(const uint8_t* begin, uint64_t bytes, uint8_t* copy) {
   FileRange file;
   if (!FindMappedFile(begin, bytes, &file) || !file.writable) {
     return Status::Internal(path_ + ": an overlay read memory that is no writable file");
   }
-  // The range's changes: byte offsets in it, increasing (entries by address, positions
-  // increasing), and their values.
-  thread_local std::vector<uint64_t> offsets;
+  // The range's changes: element indices in the copy, increasing (entries by address, positions
+  // increasing), and their values. Its entries are of one tensor (a reader's chunk).
+  thread_local std::vector<uint64_t> at;
   thread_local std::vector<uint8_t> values;
-  offsets.clear();
+  at.clear();
   values.clear();
   uint32_t elem = 0;
   const uintptr_t lo = reinterpret_cast<uintptr_t>(begin);
   REFIT_RETURN_NOT_OK(ForChangesIn(
       begin, bytes,
       [&](const Item& item, const uint64_t* positions, uint64_t count, const uint8_t* v) -> Status {
-        if (elem != 0 && elem != item.entry.elem_size) {
-          return Status::Internal(path_ + ": an overlay range spans entries of two element sizes");
+        const uint64_t base = item.begin - lo;  // bytes from the copy's start to the box's
+        if ((elem != 0 && elem != item.entry.elem_size) || base % item.entry.elem_size != 0) {
+          return Status::Internal(path_ + ": an overlay range is not one tensor's elements");
         }
         elem = item.entry.elem_size;
-        const uint64_t base = item.begin - lo;
-        for (uint64_t i = 0; i < count; ++i) offsets.push_back(base + positions[i] * elem);
+        for (uint64_t i = 0; i < count; ++i) at.push_back(base / elem + positions[i]);
         values.insert(values.end(), v, v + count * elem);
         return Status::OK();
       }));
@@ -794,37 +779,31 @@ Status RedoOverlay::ReadPatched(const uint8_t* begin, uint64_t bytes, uint8_t* c
     const uint64_t piece_end = std::min(bytes, piece + kOverwriteSpanBytes);
     REFIT_RETURN_NOT_OK(
         ReadAllAt(file.fd, copy + piece, piece_end - piece, file.offset + piece, *file.path));
-    while (k < offsets.size() && offsets[k] + elem <= piece_end) {
-      const uint64_t start = offsets[k];
+    while (k < at.size() && (at[k] + 1) * elem <= piece_end) {
+      const uint64_t start = at[k] * elem;
       uint64_t stop = start + elem;
       uint64_t j = k + 1;
-      for (; j < offsets.size() && offsets[j] + elem <= piece_end &&
-             offsets[j] <= stop + kOverwriteGapBytes;
+      for (; j < at.size() && (at[j] + 1) * elem <= piece_end &&
+             at[j] * elem <= stop + kOverwriteGapBytes;
            ++j) {
-        stop = offsets[j] + elem;
+        stop = (at[j] + 1) * elem;
       }
-      PatchAt(copy, offsets.data() + k, j - k, values.data() + k * elem, elem);
+      kernels::ScatterOverwrite(copy, elem, at.data() + k, j - k, values.data() + k * elem);
       REFIT_RETURN_NOT_OK(
           WriteAllAt(file.fd, copy + start, stop - start, file.offset + start, *file.path));
       k = j;
     }
   }
-  if (k != offsets.size()) return Status::Internal(path_ + ": an overlay change was not written");
+  if (k != at.size()) return Status::Internal(path_ + ": an overlay change was not written");
   return Status::OK();
 }
 
 Status RedoOverlay::ApplyInPlace(const uint8_t* begin, uint64_t bytes) {
-  return ForChangesIn(begin, bytes,
-                      [](const Item& item, const uint64_t* positions, uint64_t count,
-                         const uint8_t* values) -> Status {
-                        const uint32_t elem = item.entry.elem_size;
-                        REFIT_ASSIGN_OR_RAISE(
-                            bool written,
-                            OverwriteInMappedFile(item.base, elem, positions, count, values));
-                        if (!written)
-                          kernels::ScatterOverwrite(item.base, elem, positions, count, values);
-                        return Status::OK();
-                      });
+  return ForChangesIn(
+      begin, bytes,
+      [](const Item& item, const uint64_t* positions, uint64_t count, const uint8_t* values) {
+        return OverwriteContiguous(item.base, item.entry.elem_size, positions, count, values);
+      });
 }
 
 Status RedoOverlay::ApplyRest() {

@@ -217,6 +217,12 @@ bool CheckpointDue(const RedoLog& log, uint64_t version, uint64_t file_bytes,
 // Element index in a row-major tensor of the box's i-th element (row-major within the box).
 uint64_t BoxElementIndex(const Shape& shape, const Box& box, uint64_t i);
 
+// Overwrites `count` elements of the box at `positions` (row-major within the box) with the
+// packed `values`: through the file where the tensor lies in a writable MappedFile
+// (OverwriteInMappedFile: only the changed spans touched), else stored into its memory.
+Status OverwriteBox(const TensorView& tensor, const Box& box, uint32_t elem,
+                    const uint64_t* positions, uint64_t count, const uint8_t* values);
+
 // This boot's id (/proc/sys/kernel/random/boot_id), empty where the kernel has none.
 const std::string& CurrentBootId();
 
