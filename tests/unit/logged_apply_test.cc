@@ -258,6 +258,22 @@ TEST(LoggedApply, RecordsInALargeModelFileAreWrittenThroughItOnlyOnceVerified) {
   EXPECT_TRUE(model.Holds(p.base_bits));
 }
 
+// Records into a large model file read their old bits into scratch; a record decoded in scratch
+// (xor) grows it to hold the decoded copy next to the old bits, which must survive the growth.
+// Fresh scratch each time, so every growth happens.
+TEST(LoggedApply, ListedAndScratchDecodedRecordsInALargeModelFileAreBitExact) {
+  const testing::TensorPair p = MixedTensors();
+  for (const std::string encoding : {"ctx", "indices", "deltas", "xor", "auto"}) {
+    testing::ScopedTempDir dir("logged_apply");
+    LoggedApply t(p, dir.path().string());
+    LargeModelFile model(p.base_bits, p.base, (dir.path() / "model").string());
+    t.views = model.views;
+    Status st = t.Apply(EncodeWith(p, encoding));
+    ASSERT_TRUE(st.ok()) << encoding << ": " << st.ToString();
+    EXPECT_TRUE(model.Holds(p.next_bits)) << encoding << ": not bit-exact";
+  }
+}
+
 // A model file whose mapping is populated for reading (a long-lived receiver's, after two
 // versions) is read in place: a logged apply of a delta reads nothing with read(2) and lands
 // bit-exact, where the same apply into a cold file reads every record's old bits with pread.

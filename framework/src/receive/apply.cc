@@ -95,7 +95,7 @@ Status ApplyThroughFile(const Payload& payload, size_t index, const Encoding& en
                         const FileRange& file, uint64_t n, ApplyScratch& scratch) {
   const RecordHeader& r = payload.records()[index];
   const uint64_t bytes = n * SizeOf(r.dtype);
-  if (scratch.size() < bytes) scratch.resize(bytes);
+  if (scratch.size() < bytes) kernels::ResizeDiscarding(scratch, bytes);
   if (r.op != REFIT_OP_OVERWRITE || r.changed != n) {
     REFIT_RETURN_NOT_OK(
         PreadMapped(file, scratch.data(), bytes).WithContext(RecordWhere(payload, index)));
@@ -124,7 +124,7 @@ Status ApplyInPlace(const Payload& payload, size_t index, const Encoding& enc, T
   if (contiguous) {
     bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
   } else {
-    scratch.resize(n * elem);
+    kernels::ResizeDiscarding(scratch, n * elem);
     GatherBox(target.bytes(), target.shape, box, elem, scratch.data());
     bits = scratch.data();
   }
@@ -340,7 +340,7 @@ Status ComputeChanges(const Payload& payload, size_t index, const Encoding& enc,
   // through the file, file_util.h), then the decoded copy when the record is decoded in place.
   // Only what is used is touched: a fresh page costs a fault.
   const auto need_scratch = [&](uint64_t size) {
-    if (scratch.size() < size) scratch.resize(size);
+    if (scratch.size() < size) scratch.resize(size);  // keeps the old bits copied first
   };
   const uint8_t* old_bits = target.bytes() + BoxStartElement(target.shape, box) * elem;
   bool copied = true;
@@ -476,8 +476,8 @@ void CutListSlices(const Payload& payload, const std::vector<CheckedRecord>& che
     positions += capacity;
     value_bytes += capacity * SizeOf(r.dtype);
   }
-  w.listed_positions.resize(positions);
-  w.listed_values.resize(value_bytes);
+  kernels::ResizeDiscarding(w.listed_positions, positions);
+  kernels::ResizeDiscarding(w.listed_values, value_bytes);
   positions = value_bytes = 0;
   for (size_t i = w.first; i < w.end; ++i) {
     RecordChanges& c = w.changes[i - w.first];

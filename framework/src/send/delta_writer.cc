@@ -200,7 +200,7 @@ Result<uint64_t> EncodeInto(const Encoding& enc, const refit_encode_input_t& in,
                             kernels::UninitVector<uint8_t>& out) {
   REFIT_ASSIGN_OR_RAISE(uint64_t cap, enc.MaxEncodedSize(in));
   if (cap == 0) return Status::Internal("encoding '" + enc.name() + "' cannot size its output");
-  out.resize(cap);
+  kernels::ResizeDiscarding(out, cap);
   return enc.Encode(in, out.data(), cap);
 }
 
@@ -282,7 +282,7 @@ Status DeltaWriter::ReadThroughFiles(uint64_t bytes, const uint8_t** new_bits,
     FileRange file;
     // A populated mapping (a long-lived sender's baseline) is read where it is.
     if (!FindMappedFile(*bits, bytes, &file) || file.warm) return Status::OK();
-    if (buffer.size() < bytes) buffer.resize(bytes);
+    if (buffer.size() < bytes) kernels::ResizeDiscarding(buffer, bytes);
     REFIT_RETURN_NOT_OK(overlay != nullptr ? overlay->ReadPatched(*bits, bytes, buffer.data())
                                            : PreadMapped(file, buffer.data(), bytes));
     *bits = buffer.data();
@@ -313,7 +313,7 @@ void DeltaWriter::ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t**
     if (s.old_bits != nullptr) *old_bits = s.old_bits + start;
     return;
   }
-  slot.new_scratch.resize(n * elem);
+  kernels::ResizeDiscarding(slot.new_scratch, n * elem);
   GatherBox(s.new_bits, s.local_shape, local, elem, slot.new_scratch.data());
   *new_bits = slot.new_scratch.data();
   if (s.old_bits != nullptr) {
@@ -326,7 +326,7 @@ void DeltaWriter::ReadBits(Slot& slot, const uint8_t** new_bits, const uint8_t**
       });
       if (!slot.status.ok()) return;
     }
-    slot.old_scratch.resize(n * elem);
+    kernels::ResizeDiscarding(slot.old_scratch, n * elem);
     GatherBox(s.old_bits, s.local_shape, local, elem, slot.old_scratch.data());
     *old_bits = slot.old_scratch.data();
   }

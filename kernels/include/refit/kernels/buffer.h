@@ -42,6 +42,15 @@ void ReserveWithHugePages(Vector& v, size_t n) {
   AdviseHugePages(v.data(), v.capacity() * sizeof(typename Vector::value_type));
 }
 
+// Resizes scratch whose contents are about to be overwritten: a growth allocates and copies
+// nothing (std::vector would copy the old bytes one at a time into the new storage, since a custom
+// allocator's construct is called per element).
+template <typename Vector>
+void ResizeDiscarding(Vector& v, size_t n) {
+  if (v.capacity() < n) v.clear();
+  v.resize(n);
+}
+
 template <typename T>
 class DefaultInitAllocator : public std::allocator<T> {
  public:
