@@ -28,10 +28,17 @@ Status AsyncPutter::Submit(std::string key, std::vector<uint8_t>&& payload) {
   return Status::OK();
 }
 
+void AsyncPutter::RunFirst(std::function<Status()> job) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !has_work_ && !busy_ && !job_ && !job_running_; });
+  job_ = std::move(job);
+  cv_.notify_all();
+}
+
 Status AsyncPutter::Drain() {
   Stopwatch clock;
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !has_work_ && !busy_; });
+  cv_.wait(lock, [&] { return !has_work_ && !busy_ && !job_ && !job_running_; });
   wait_seconds_ += clock.Seconds();
   return error_;
 }
@@ -39,7 +46,19 @@ Status AsyncPutter::Drain() {
 void AsyncPutter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return has_work_ || stop_; });
+    cv_.wait(lock, [&] { return job_ || has_work_ || stop_; });
+    if (job_) {
+      std::function<Status()> job = std::move(job_);
+      job_ = nullptr;
+      job_running_ = true;
+      lock.unlock();
+      Status st = job();
+      lock.lock();
+      if (!st.ok() && error_.ok()) error_ = st;
+      job_running_ = false;
+      cv_.notify_all();
+      continue;
+    }
     if (!has_work_ && stop_) return;
     std::vector<uint8_t> payload = std::move(slot_);
     std::string key = std::move(slot_key_);

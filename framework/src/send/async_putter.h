@@ -19,7 +19,12 @@ class AsyncPutter {
   ~AsyncPutter();
   // Blocks until the writer is idle, then hands over the payload. Returns an earlier put's error.
   Status Submit(std::string key, std::vector<uint8_t>&& payload);
-  // Waits for the last put; returns the first error.
+  // Runs `job` on the writer's thread before the payloads submitted after it: transport calls
+  // that need not hold up the diff (retention's deletes) and must not overlap the puts (the
+  // core calls a transport instance from one thread at a time). A payload may be handed over
+  // while the job runs. Its error is returned as a put's is.
+  void RunFirst(std::function<Status()> job);
+  // Waits for the last put (and job); returns the first error.
   Status Drain();
   double wait_seconds() const { return wait_seconds_; }
 
@@ -31,7 +36,9 @@ class AsyncPutter {
   std::string slot_key_;
   std::vector<uint8_t> slot_;
   bool has_work_ = false;
-  bool busy_ = false;
+  bool busy_ = false;  // a put is running
+  std::function<Status()> job_;
+  bool job_running_ = false;
   bool stop_ = false;
   Status error_;
   double wait_seconds_ = 0;

@@ -873,14 +873,30 @@ struct Sender::Impl {
   }
 
   // Rank 0, once every receiver answered the newest version: versions beyond the window go
-  // (send/retention.h). Cleanup never stalls training: a failure is a warning, and the next
-  // publish tries again.
-  void Retain() {
+  // (send/retention.h). Cleanup never stalls training: a failure is a warning (OK is returned),
+  // and the next publish tries again.
+  Status Retain() {
     auto retained = internal::ApplyRetention(*transport, published_version, keep_versions);
     if (!retained.ok()) {
       Log(LogLevel::kWarn, "sender",
           "retention: " + retained.status().message() + " (retried at the next publish)");
     }
+    return Status::OK();
+  }
+
+  // Before a version's diff: an unfinished publish recovered, the previous version's acks waited
+  // for (its advance done, or left to the diff).
+  Status BeforeDiff(Sender& sender, SyncStats* stats) {
+    Stopwatch wait;
+    REFIT_RETURN_NOT_OK(RecoverUnfinished(stats));
+    advance_resumed_entries = 0;
+    advance_seconds = 0;
+    REFIT_RETURN_NOT_OK(WaitAndAdvanceBeforeDiff(sender));
+    REFIT_RETURN_NOT_OK(CheckOwnCommit());
+    stats->advance_resumed_entries = advance_resumed_entries;
+    stats->advance_seconds = advance_seconds;
+    stats->wait_seconds = wait.Seconds() - advance_seconds;
+    return Status::OK();
   }
 
   // The [sender] keys (docs/config.md), each checked where it is read.
@@ -1070,18 +1086,16 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   Impl& m = *impl_;
   Stopwatch total;
   SyncStats stats;
-  {
-    Stopwatch wait;
-    REFIT_RETURN_NOT_OK(m.RecoverUnfinished(&stats));
-    m.advance_resumed_entries = 0;
-    m.advance_seconds = 0;
-    REFIT_RETURN_NOT_OK(m.WaitAndAdvanceBeforeDiff(*this));
-    REFIT_RETURN_NOT_OK(m.CheckOwnCommit());
-    if (m.rank == 0) m.Retain();
-    stats.advance_resumed_entries = m.advance_resumed_entries;
-    stats.advance_seconds = m.advance_seconds;
-    stats.wait_seconds = wait.Seconds() - m.advance_seconds;
-  }
+  // Payloads are put on a background thread while the writer encodes the next one.
+  internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
+    Status st = m.PutChecked(*m.out, key, bytes.data(), bytes.size());
+    if (st.ok()) internal::MaybeKillAt("sender.payload_put");
+    return st;
+  });
+  REFIT_RETURN_NOT_OK(m.BeforeDiff(*this, &stats));
+  // Retention's deletes (a full sync's payloads: a second or more on a large model) run while
+  // the diff does.
+  if (m.rank == 0) putter.RunFirst([&m] { return m.Retain(); });
   const uint64_t version = m.published_version + 1;
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
@@ -1089,12 +1103,6 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
 
   Manifest manifest = m.NewManifest(version, full);
 
-  // Payloads are put on a background thread while the writer encodes the next one.
-  internal::AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
-    Status st = m.PutChecked(*m.out, key, bytes.data(), bytes.size());
-    if (st.ok()) internal::MaybeKillAt("sender.payload_put");
-    return st;
-  });
   Metadata md = {{"refit.format", kPayloadFormat},
                  {internal::kVersionMetadataKey, std::to_string(version)},
                  {"refit.rank", std::to_string(m.rank)}};

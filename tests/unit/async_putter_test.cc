@@ -1,0 +1,65 @@
+// The sender's background writer (send/async_putter.h): payloads in order, a job run first
+// without holding up the payload handed over meanwhile, errors returned once.
+#include "send/async_putter.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+namespace refit::internal {
+namespace {
+
+TEST(AsyncPutter, AJobRunsBeforeThePutsSubmittedAfterItWhileAPayloadIsHandedOver) {
+  std::vector<std::string> order;  // written by the putter's thread only
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  bool released_by_the_test = false;
+  AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
+    order.push_back(key + ":" + std::to_string(bytes.size()));
+    return Status::OK();
+  });
+  putter.RunFirst([&] {
+    // A slow delete. Were Submit waiting for the job, only the timeout would end it.
+    released_by_the_test = released.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    order.push_back("job");
+    return Status::OK();
+  });
+  // Handed over while the job still runs: Submit does not wait for it.
+  ASSERT_TRUE(putter.Submit("p0", std::vector<uint8_t>(3)).ok());
+  release.set_value();
+  ASSERT_TRUE(putter.Submit("p1", std::vector<uint8_t>(5)).ok());
+  ASSERT_TRUE(putter.Drain().ok());
+  EXPECT_TRUE(released_by_the_test) << "Submit waited for the job";
+  EXPECT_EQ(order, (std::vector<std::string>{"job", "p0:3", "p1:5"}));
+}
+
+TEST(AsyncPutter, AJobsErrorIsReturnedByDrainAndStopsLaterPuts) {
+  int puts = 0;
+  AsyncPutter putter([&](const std::string&, const std::vector<uint8_t>&) {
+    ++puts;
+    return Status::OK();
+  });
+  putter.RunFirst([] { return Status::IoError("retention: cannot delete"); });
+  ASSERT_TRUE(putter.Drain().code() == StatusCode::kIoError);
+  EXPECT_EQ(putter.Submit("p0", std::vector<uint8_t>(1)).code(), StatusCode::kIoError);
+  EXPECT_EQ(puts, 0);
+}
+
+TEST(AsyncPutter, APendingJobRunsBeforeTheWriterStops) {
+  bool ran = false;
+  {
+    AsyncPutter putter(
+        [](const std::string&, const std::vector<uint8_t>&) { return Status::OK(); });
+    putter.RunFirst([&] {
+      ran = true;
+      return Status::OK();
+    });
+  }
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace
+}  // namespace refit::internal
