@@ -15,6 +15,7 @@ the previous version) left dirty would otherwise run on the same cores, which it
 separate machines with an RL step between versions. --no-settle times them back to back.
 
   scripts/bench_per_version.py --refit build/bin/refit --checkpoints DIR [--rounds N] [--work DIR]
+      [--chunk-bytes SIZE]
       [--json FILE]
 """
 import argparse
@@ -71,6 +72,8 @@ def main():
     ap.add_argument("--work", help="work directory to keep (default: a temp dir, removed)")
     ap.add_argument("--encoding", default="auto")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--chunk-bytes", help="sender.chunk_bytes (e.g. 4MiB) for the sender and the "
+                    "codec bench alike (default: the sender's default)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the whole trajectory this many times (fresh state each) and print "
@@ -107,7 +110,8 @@ def one_round(a, ckpts, round_index):
     config = os.path.join(work, "refit.toml")
     with open(config, "w") as f:
         f.write(f'[sender]\nstate_dir = "{work}/sender"\nencoding = "{a.encoding}"\n'
-                f'threads = {a.threads}\nreceivers = ["r0"]\n\n'
+                f'threads = {a.threads}\nreceivers = ["r0"]\n'
+                + (f'chunk_bytes = "{a.chunk_bytes}"\n' if a.chunk_bytes else '') + '\n'
                 f'[receiver]\nid = "r0"\nstate_dir = "{work}/receiver"\nthreads = {a.threads}\n\n'
                 f'[transport]\nname = "disk"\n\n[transport.disk]\ndir = "{work}/sync"\n')
     rows = []
@@ -123,8 +127,9 @@ def one_round(a, ckpts, round_index):
                "send_seconds": send_s, "recv_seconds": recv_s, "send": sent, "recv": applied}
         if i > 0:
             report_path = os.path.join(work, f"codec_{i:02d}.json")
+            # The sender's config: the codec cuts records as the sender does.
             run([a.refit, "bench", "codec", "--pair", ckpts[i - 1], ckpt, "--encoding", a.encoding,
-                 "--threads", str(a.threads), "--json", report_path])
+                 "--threads", str(a.threads), "--config", config, "--json", report_path])
             with open(report_path) as f:
                 _, enc_s, apply_s = codec_row(json.load(f), a.encoding, a.threads)
             row.update(codec_encode_seconds=enc_s, codec_apply_seconds=apply_s,

@@ -459,6 +459,10 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
   DeltaOptions opt;
   opt.encoding = encoding;
   opt.threads = threads;
+  // Records cut as the configured sender cuts them.
+  if (config != nullptr) {
+    REFIT_ASSIGN_OR_RAISE(opt.chunk_bytes, config->GetSize("sender.chunk_bytes", opt.chunk_bytes));
+  }
   std::vector<uint8_t> payload;
   for (int rep = 0; rep < reps; ++rep) {
     DeltaEncodeStats stats;
@@ -773,7 +777,8 @@ void RegisterBench(CLI::App& app, Commands& commands) {
                   "encodings to measure (repeatable; default: every registered one + auto)");
   cmd->add_option("--threads", bench.threads, "thread counts (repeatable; default 1 2)");
   cmd->add_option("--json", bench.json_path, "write the results as JSON (- for stdout)");
-  cmd->add_option("--config", bench.config_path, "TOML config (plugins, encoding settings)");
+  cmd->add_option("--config", bench.config_path,
+                  "TOML config (plugins, encoding settings, sender.chunk_bytes)");
   cmd->add_option("--seed", bench.seed, "random seed")->capture_default_str();
   cmd->add_option("--reps", bench.reps, "timings: best of this many runs")
       ->capture_default_str()

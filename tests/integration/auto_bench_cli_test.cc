@@ -1,6 +1,11 @@
 // The default `auto` encoding through the real CLI, and a quick `refit bench codec` run.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "cli_harness.h"
 
 namespace refit::testing {
@@ -50,13 +55,17 @@ TEST(AutoCli, UnknownCandidateInConfigFailsCleanly) {
   EXPECT_EQ(LineCount(r.err), 1) << r.err;
 }
 
-TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
-  TempDir dir;
+// a.safetensors and b.safetensors in dir: a small checkpoint and the same with 2% changed.
+bool WritePair(const TempDir& dir) {
   Checkpoint a = Checkpoint::Make(6);
   Checkpoint b = a;
   b.Mutate(0.02, 3);
-  ASSERT_TRUE(a.Write(dir / "a.safetensors"));
-  ASSERT_TRUE(b.Write(dir / "b.safetensors"));
+  return a.Write(dir / "a.safetensors") && b.Write(dir / "b.safetensors");
+}
+
+TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
+  TempDir dir;
+  ASSERT_TRUE(WritePair(dir));
   auto r = RunRefit(
       {"bench", "codec", "--density", "0.01", "--bytes", "256KiB", "--pair", dir / "a.safetensors",
        dir / "b.safetensors", "--threads", "1", "--threads", "2", "--json", dir / "r.json"},
@@ -90,6 +99,49 @@ TEST(BenchCli, CodecQuickRunPrintsEveryEncodingAndJson) {
       RunRefit({"bench", "codec", "--pair", dir / "a.safetensors", dir / "missing"}, dir.path());
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_EQ(LineCount(bad.err), 1) << bad.err;
+}
+
+// The codec bench cuts records as the configured sender would (sender.chunk_bytes), so that
+// its times compare with that sender's.
+TEST(BenchCli, CodecCutsRecordsAtTheConfiguredChunkBytes) {
+  TempDir dir;
+  ASSERT_TRUE(WritePair(dir));
+  const auto records = [&](const std::vector<std::string>& extra) -> int64_t {
+    std::vector<std::string> args = {"bench",
+                                     "codec",
+                                     "--pair",
+                                     dir / "a.safetensors",
+                                     dir / "b.safetensors",
+                                     "--encoding",
+                                     "indices",
+                                     "--threads",
+                                     "1",
+                                     "--json",
+                                     dir / "r.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = RunRefit(args, dir.path());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json report =
+        nlohmann::json::parse(ReadAll(dir / "r.json"), nullptr, /*allow_exceptions=*/false);
+    int64_t found = -1;
+    const std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {
+      if (node.is_object() && node.contains("records_by_encoding")) {
+        found = 0;
+        for (const auto& count : node["records_by_encoding"]) found += count.get<int64_t>();
+      }
+      if (node.is_structured()) {
+        for (const auto& child : node) walk(child);
+      }
+    };
+    walk(report);
+    return found;
+  };
+  const int64_t by_default = records({});
+  WriteAll(dir / "c.toml", "[sender]\nchunk_bytes = \"1KiB\"\n");
+  const int64_t at_1kib = records({"--config", dir / "c.toml"});
+  ASSERT_GT(by_default, 0);
+  EXPECT_GT(at_1kib, 4 * by_default)
+      << "records at 1 KiB chunks: " << at_1kib << " against " << by_default << " by default";
 }
 
 }  // namespace
