@@ -2,6 +2,7 @@
 #include "refit/kernels/buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <new>
 
@@ -47,6 +48,18 @@ void AdviseHugePages(void* p, size_t bytes) noexcept {
   (void)p;
   (void)bytes;
 #endif
+}
+
+bool PopulateForWrite(void* p, size_t bytes) noexcept {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack it
+#endif
+  static const auto kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (start + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (start + bytes) & ~(kPage - 1);
+  if (end <= first) return true;
+  return ::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE) == 0;
 }
 
 }  // namespace refit::kernels

@@ -177,5 +177,81 @@ TEST(PipelineDeterminism, AWorkspaceLentToSuccessiveWritersChangesNoPayload) {
   }
 }
 
+// The payloads of a full sync (old bits null) of `slices` through one writer.
+Result<std::vector<std::vector<uint8_t>>> FullSyncPayloads(
+    const std::vector<internal::SliceSource>& slices, const Registry& registry, unsigned threads,
+    uint64_t bucket_bytes) {
+  internal::EncodingCache encodings(registry, nullptr);
+  std::vector<std::vector<uint8_t>> out;
+  internal::DeltaWriter writer(
+      encodings, "dense", 1 << 20, bucket_bytes, {},
+      [&](std::vector<uint8_t>&& payload, uint64_t) {
+        out.push_back(std::move(payload));
+        return Status::OK();
+      },
+      threads);
+  uint64_t model_bytes = 0;
+  for (const internal::SliceSource& s : slices) {
+    model_bytes += BoxElements(s.local_box) * SizeOf(s.dtype);
+  }
+  writer.ExpectBytes(model_bytes);
+  for (const internal::SliceSource& s : slices) REFIT_RETURN_NOT_OK(writer.Add(s));
+  REFIT_RETURN_NOT_OK(writer.Finish());
+  return out;
+}
+
+// Dense records borrow the caller's bits where a slice is contiguous and are staged where it is
+// gathered from a strided box; the last payload is assembled on every thread (large enough here
+// to be split). The payloads are the one-thread ones, and they rebuild every bit.
+TEST(PipelineDeterminism, BorrowedAndGatheredDenseRecordsAssembleAlikeOnAnyThreadCount) {
+  auto registry = LoadRegistry(nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status().message();
+  testing::TensorPair p;
+  p.Add("matrix", DType::kBF16, 2048 * 2048, 1.0, 71);  // 8 MiB, cut into two column halves
+  p.Add("vector", DType::kF32, 3'000'000, 1.0, 72);     // 12 MB, contiguous
+  p.Add("small", DType::kBF16, 1000, 1.0, 73);
+  std::vector<internal::SliceSource> slices;
+  for (size_t i = 0; i < p.next.size(); ++i) {
+    internal::SliceSource src;
+    src.tensor = src.local_tensor = p.next[i].name;
+    src.dtype = p.next[i].dtype;
+    src.canonical_shape = src.local_shape = i == 0 ? Shape{2048, 2048} : Shape{p.next[i].shape[0]};
+    src.new_bits = p.next[i].bytes();
+    if (i > 0) {
+      src.canonical_offset = {0};
+      src.local_box = Box{{0}, src.local_shape};
+      slices.push_back(src);
+      continue;
+    }
+    for (uint64_t col : {uint64_t{0}, uint64_t{1024}}) {
+      src.canonical_offset = {0, col};
+      src.local_box = Box{{0, col}, {2048, 1024}};
+      slices.push_back(src);
+    }
+  }
+  // One payload (assembled after the last chunk), or many (flushed with chunks in flight).
+  for (uint64_t bucket : {uint64_t{1} << 30, uint64_t{3} << 20}) {
+    auto one = FullSyncPayloads(slices, *registry.value(), 1, bucket);
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    for (unsigned threads : {2u, 3u}) {
+      auto pooled = FullSyncPayloads(slices, *registry.value(), threads, bucket);
+      ASSERT_TRUE(pooled.ok()) << pooled.status().message();
+      EXPECT_EQ(one.value(), pooled.value()) << threads << " threads, bucket " << bucket;
+    }
+    std::vector<std::vector<uint8_t>> work;
+    std::vector<TensorView> views = p.next;
+    views[0].shape = {2048, 2048};
+    for (size_t i = 0; i < views.size(); ++i) {
+      work.emplace_back(p.next_bits[i].size(), 0);
+      views[i].data = work[i].data();
+    }
+    for (const std::vector<uint8_t>& payload : one.value()) {
+      auto applied = ApplyDelta(payload, views, *registry.value(), nullptr);
+      ASSERT_TRUE(applied.ok()) << applied.status().message();
+    }
+    EXPECT_EQ(work, p.next_bits) << "bucket " << bucket;
+  }
+}
+
 }  // namespace
 }  // namespace refit

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "common/worker_pool.h"
+
 namespace refit {
 namespace {
 
@@ -43,6 +47,60 @@ TEST(Wire, PayloadRoundTrip) {
   EXPECT_TRUE(p->records()[1].create);
   EXPECT_EQ(p->records()[1].op, REFIT_OP_XOR);
   EXPECT_EQ(p->MetadataOr("refit.version", ""), "7");
+}
+
+// Records staged (copied, or encoded in place and trimmed) and borrowed serialize to the same
+// bytes, whether the payload is assembled on one thread or split across a pool's threads.
+TEST(Wire, BorrowedAndStagedRecordsGiveTheSamePayloadOnAnyThreadCount) {
+  std::vector<std::vector<uint8_t>> blobs;
+  for (uint64_t len :
+       {uint64_t{5} << 20, uint64_t{3}, uint64_t{0}, uint64_t{9} << 20, uint64_t{77}}) {
+    std::vector<uint8_t> blob(len);
+    for (uint64_t i = 0; i < len; ++i) blob[i] = static_cast<uint8_t>(i * 131 + len);
+    blobs.push_back(std::move(blob));
+  }
+  // kind 0: copied, 1: encoded in place into a larger span then trimmed, 2: borrowed.
+  const auto build = [&](const std::vector<int>& kinds) {
+    PayloadBuilder b(Metadata{{"refit.version", "3"}});
+    for (size_t i = 0; i < blobs.size(); ++i) {
+      RecordHeader h = MakeHeader("w" + std::to_string(i));
+      const std::vector<uint8_t>& blob = blobs[i];
+      if (kinds[i] == 0) {
+        b.Add(h, blob.data(), blob.size());
+      } else if (kinds[i] == 1) {
+        uint8_t* out = b.AddInPlace(h, blob.size() + 100);
+        std::copy(blob.begin(), blob.end(), out);
+        b.TrimLast(blob.size());
+      } else {
+        b.AddBorrowed(h, blob.data(), blob.size());
+      }
+    }
+    return b;
+  };
+  PayloadBuilder copied = build({0, 0, 0, 0, 0});
+  auto reference = copied.Finish();
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  internal::WorkerPool pool(3);
+  for (const std::vector<int>& kinds :
+       {std::vector<int>{2, 2, 2, 2, 2}, {2, 0, 2, 1, 1}, {1, 2, 0, 2, 2}}) {
+    for (unsigned threads : {1u, 2u, 4u}) {
+      PayloadBuilder b = build(kinds);
+      EXPECT_EQ(b.data_bytes(), (uint64_t{14} << 20) + 80);
+      auto bytes = threads == 1 ? b.Finish() : b.Finish(&pool, threads);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+      EXPECT_EQ(bytes.value(), reference.value()) << "kinds " << kinds[0] << kinds[1] << kinds[2]
+                                                  << kinds[3] << kinds[4] << ", " << threads;
+      EXPECT_TRUE(b.empty());
+    }
+  }
+  auto p = Payload::Parse(reference->data(), reference->size(), "p");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_EQ(p->records().size(), blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    const RecordHeader& r = p->records()[i];
+    ASSERT_EQ(r.data_end - r.data_begin, blobs[i].size());
+    EXPECT_TRUE(std::equal(blobs[i].begin(), blobs[i].end(), p->record_bytes(r))) << i;
+  }
 }
 
 TEST(Wire, RejectsBoxOutsideShape) {

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <latch>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -29,5 +32,23 @@ class WorkerPool {
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
+
+// Runs fn(k) for k in [0, stripes): k > 0 on the pool, k = 0 on this thread; waits for all.
+template <typename Fn>
+void RunStripes(WorkerPool* pool, size_t stripes, Fn&& fn) {
+  if (stripes <= 1 || pool == nullptr) {
+    for (size_t k = 0; k < std::max<size_t>(stripes, 1); ++k) fn(k);
+    return;
+  }
+  std::latch done(static_cast<std::ptrdiff_t>(stripes - 1));
+  for (size_t k = 1; k < stripes; ++k) {
+    pool->Submit([&, k] {
+      fn(k);
+      done.count_down();
+    });
+  }
+  fn(0);
+  done.wait();
+}
 
 }  // namespace refit::internal

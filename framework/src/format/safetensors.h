@@ -86,8 +86,16 @@ Result<SafetensorsLayout> PlanSafetensors(const std::vector<TensorView>& tensors
 Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                         const Metadata& metadata = {});
 
-// The same bytes in memory (used for wire payloads).
+namespace internal {
+class WorkerPool;
+}
+
+// The same bytes in memory (used for wire payloads). With a pool, bytes of a large file are
+// faulted in and copied on `threads` threads (the caller and threads - 1 of the pool's workers,
+// which should have nothing else queued); the bytes do not depend on it.
 Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>& tensors,
-                                                  const Metadata& metadata = {});
+                                                  const Metadata& metadata = {},
+                                                  internal::WorkerPool* pool = nullptr,
+                                                  unsigned threads = 1);
 
 }  // namespace refit

@@ -328,21 +328,34 @@ size_t PayloadBuilder::Add(RecordHeader header, const uint8_t* bytes, uint64_t l
 }
 
 uint8_t* PayloadBuilder::AddInPlace(RecordHeader header, uint64_t len) {
-  offsets_.push_back(data_.size());
-  header.data_begin = data_.size();
-  header.data_end = data_.size() + len;
+  header.data_begin = data_bytes_;
+  header.data_end = data_bytes_ + len;
   headers_.push_back(std::move(header));
+  borrowed_.push_back(nullptr);
+  inline_at_.push_back(data_.size());
+  data_bytes_ += len;
   data_.resize(data_.size() + len);
-  return data_.data() + offsets_.back();
+  return data_.data() + inline_at_.back();
 }
 
 void PayloadBuilder::TrimLast(uint64_t final_len) {
   RecordHeader& h = headers_.back();
-  h.data_end = h.data_begin + final_len;
-  data_.resize(h.data_end);
+  data_bytes_ = h.data_begin + final_len;
+  h.data_end = data_bytes_;
+  data_.resize(inline_at_.back() + final_len);
 }
 
-Result<std::vector<uint8_t>> PayloadBuilder::Finish() {
+size_t PayloadBuilder::AddBorrowed(RecordHeader header, const uint8_t* bytes, uint64_t len) {
+  header.data_begin = data_bytes_;
+  header.data_end = data_bytes_ + len;
+  headers_.push_back(std::move(header));
+  borrowed_.push_back(bytes);
+  inline_at_.push_back(data_.size());
+  data_bytes_ += len;
+  return headers_.size() - 1;
+}
+
+Result<std::vector<uint8_t>> PayloadBuilder::Finish(internal::WorkerPool* pool, unsigned threads) {
   json records = json::array();
   std::vector<TensorView> blobs;
   blobs.reserve(headers_.size());
@@ -366,15 +379,19 @@ Result<std::vector<uint8_t>> PayloadBuilder::Finish() {
     v.name = blob_name;
     v.dtype = DType::kU8;
     v.shape = {h.data_end - h.data_begin};
-    v.data = data_.data() + h.data_begin;
+    // Only read by the serializer (a TensorView's data is mutable).
+    v.data =
+        borrowed_[i] != nullptr ? const_cast<uint8_t*>(borrowed_[i]) : data_.data() + inline_at_[i];
     blobs.push_back(std::move(v));
   }
   Metadata md = metadata_;
   md["refit.records"] = records.dump();
-  auto bytes = SerializeSafetensors(blobs, md);
+  auto bytes = SerializeSafetensors(blobs, md, pool, threads);
   headers_.clear();
-  offsets_.clear();
+  borrowed_.clear();
+  inline_at_.clear();
   data_.clear();
+  data_bytes_ = 0;
   return bytes;
 }
 

@@ -54,18 +54,26 @@ class PayloadBuilder {
   // Reserves len bytes for a record encoded in place; the span stays valid until the next Add*.
   uint8_t* AddInPlace(RecordHeader header, uint64_t len);
   void TrimLast(uint64_t final_len);  // shrink the last AddInPlace record to what was written
+  // Appends a record whose bytes stay the caller's: Finish copies them straight into the payload
+  // (one copy instead of two for a dense record); they must stay valid and unchanged until then.
+  size_t AddBorrowed(RecordHeader header, const uint8_t* bytes, uint64_t len);
   size_t num_records() const { return headers_.size(); }
-  uint64_t data_bytes() const { return data_.size(); }
+  uint64_t data_bytes() const { return data_bytes_; }  // of every record, borrowed ones included
   bool empty() const { return headers_.empty(); }
   void Reserve(uint64_t bytes) { data_.reserve(bytes); }
-  Result<std::vector<uint8_t>> Finish();  // resets the builder
+  // Resets the builder. With a pool, a large payload is assembled on `threads` threads
+  // (SerializeSafetensors).
+  Result<std::vector<uint8_t>> Finish(internal::WorkerPool* pool = nullptr, unsigned threads = 1);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 
  private:
   Metadata metadata_;
-  std::vector<RecordHeader> headers_;
-  std::vector<uint64_t> offsets_;
+  std::vector<RecordHeader> headers_;  // data_begin/data_end: where the bytes go in the payload
+  // Per record: its bytes lent by the caller, or null when they are in data_ from inline_at_.
+  std::vector<const uint8_t*> borrowed_;
+  std::vector<uint64_t> inline_at_;
   kernels::UninitVector<uint8_t> data_;  // every byte is written by Add or an in-place encode
+  uint64_t data_bytes_ = 0;
 };
 
 // A parsed, validated payload over a buffer the caller keeps alive.

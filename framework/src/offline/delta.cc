@@ -33,14 +33,12 @@ Result<std::vector<uint8_t>> EncodeTensorSets(const std::vector<TensorView>& bas
         return Status::OK();
       },
       options.threads == 0 ? ResolveThreadCount(0) : options.threads);
-  // One payload holds everything: sized for a sparse delta (typically a few percent of the model;
-  // a denser one grows it as needed), or for the whole model when every record is dense (no
-  // chain of reallocations copying it on the one thread that commits).
+  // One payload holds everything: its encoded records are staged in a buffer sized for a sparse
+  // delta (typically a few percent of the model; a denser one grows it as needed). Dense
+  // records are not staged: whole tensors are contiguous, so they borrow the tensors' bits.
   uint64_t model_bytes = 0;
   for (const TensorView& t : next) model_bytes += t.nbytes();
-  writer.ReserveOutput(options.encoding == "dense"
-                           ? model_bytes
-                           : std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
+  writer.ReserveOutput(std::min<uint64_t>(model_bytes / 8, uint64_t{1} << 30));
   writer.ExpectBytes(model_bytes);
   uint64_t done = 0;
   for (const TensorView& t : next) {

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstring>
 #include <future>
-#include <latch>
 #include <mutex>
 
 #include "common/file_util.h"
@@ -245,24 +244,6 @@ std::vector<size_t> RecordOrder(const Payload& payload, size_t stripes) {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
   return order;
-}
-
-// Runs fn(k) for k in [0, stripes): k > 0 on the pool, k = 0 on this thread; waits for all.
-template <typename Fn>
-void RunStripes(WorkerPool* pool, size_t stripes, Fn&& fn) {
-  if (stripes <= 1 || pool == nullptr) {
-    for (size_t k = 0; k < std::max<size_t>(stripes, 1); ++k) fn(k);
-    return;
-  }
-  std::latch done(static_cast<std::ptrdiff_t>(stripes - 1));
-  for (size_t k = 1; k < stripes; ++k) {
-    pool->Submit([&, k] {
-      fn(k);
-      done.count_down();
-    });
-  }
-  fn(0);
-  done.wait();
 }
 
 // One record's effect on its target, computed and verified but not yet written: the positions

@@ -517,9 +517,15 @@ Status DeltaWriter::CommitRecord(Slot& slot) {
       REFIT_RETURN_NOT_OK(Flush());
     h.encoding = dense_->name();
     h.op = dense_->op();
-    uint8_t* out = builder_.AddInPlace(std::move(h), cap);
-    REFIT_ASSIGN_OR_RAISE(uint64_t written, dense_->Encode(slot.in, out, cap));
-    builder_.TrimLast(written);
+    if (BitsAreTheCallers(slot)) {
+      // A dense record is the bits verbatim (docs/wire-format.md): copied once, by Flush, on
+      // every thread when the payload is the last one.
+      builder_.AddBorrowed(std::move(h), static_cast<const uint8_t*>(slot.in.new_bits), cap);
+    } else {
+      uint8_t* out = builder_.AddInPlace(std::move(h), cap);
+      REFIT_ASSIGN_OR_RAISE(uint64_t written, dense_->Encode(slot.in, out, cap));
+      builder_.TrimLast(written);
+    }
     encode_seconds += clock.Seconds();
   }
   slot.header.tensor = std::move(tensor);  // for the caller's error context
@@ -541,11 +547,20 @@ Status DeltaWriter::DrainSlots() {
   return Status::OK();
 }
 
+bool DeltaWriter::BitsAreTheCallers(const Slot& slot) {
+  const auto* bits = static_cast<const uint8_t*>(slot.in.new_bits);
+  const uint8_t* scratch = slot.new_scratch.data();
+  return bits != nullptr && (bits < scratch || bits >= scratch + slot.new_scratch.size());
+}
+
 Status DeltaWriter::Flush() {
   streamed_bytes_ = 0;
   if (builder_.empty()) return Status::OK();
   uint64_t n = builder_.num_records();
-  REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> payload, builder_.Finish());
+  // With no chunk in flight (the last payload) the workers are idle and help assemble it.
+  REFIT_ASSIGN_OR_RAISE(
+      std::vector<uint8_t> payload,
+      pending_ == 0 ? builder_.Finish(ws_->pool.get(), threads_) : builder_.Finish());
   Status st = flush_(std::move(payload), n);
   if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
   return st;

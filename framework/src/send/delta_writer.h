@@ -139,6 +139,9 @@ class DeltaWriter {
   void EncodeLink(Slot& slot, uint64_t dense_bytes);
   Status Commit(Slot& slot);        // append in order (caller's thread), flush when due
   Status CommitRecord(Slot& slot);  // append in order (caller's thread)
+  // The slot's new bits are where the caller's slice has them (valid until Finish), not a
+  // gathered copy in the slot's scratch: a dense record can borrow them until its payload is made.
+  static bool BitsAreTheCallers(const Slot& slot);
   Status DrainSlots();
   Status Flush();
 

@@ -33,6 +33,11 @@ void FreeHugeBuffer(void* p, size_t bytes) noexcept;
 // Advises the whole 2 MiB pages inside [p, p + bytes) of memory allocated elsewhere (a
 // std::vector's reserved capacity) for transparent huge pages, before it is first written.
 void AdviseHugePages(void* p, size_t bytes) noexcept;
+// Maps the whole pages inside [p, p + bytes) writable now (MADV_POPULATE_WRITE, Linux 5.14),
+// without touching their contents: threads populating their own parts of a large buffer fault it
+// in in parallel, where a first write from one thread would fault it page by page. False where the
+// kernel refuses (the pages then fault when first written, as before).
+bool PopulateForWrite(void* p, size_t bytes) noexcept;
 
 // Grows v's capacity to at least n elements; capacity it allocates is advised for huge pages.
 template <typename Vector>
