@@ -461,7 +461,7 @@ Result<EncodingResult> MeasureEncoding(const Workload& w, const std::string& enc
   opt.threads = threads;
   // Records cut as the configured sender cuts them.
   if (config != nullptr) {
-    REFIT_ASSIGN_OR_RAISE(opt.chunk_bytes, config->GetSize("sender.chunk_bytes", opt.chunk_bytes));
+    REFIT_ASSIGN_OR_RAISE(opt.chunk_bytes, internal::SenderChunkBytes(*config));
   }
   std::vector<uint8_t> payload;
   for (int rep = 0; rep < reps; ++rep) {

@@ -460,7 +460,7 @@ Result<StagesAlone> MeasureStagesAlone(const Bench& b, const Trajectory& t, cons
   DeltaOptions options;
   options.encoding = b.encoding;
   options.threads = static_cast<unsigned>(std::max(b.options.threads, 0));
-  REFIT_ASSIGN_OR_RAISE(options.chunk_bytes, b.config.GetSize("sender.chunk_bytes", 16ull << 20));
+  REFIT_ASSIGN_OR_RAISE(options.chunk_bytes, internal::SenderChunkBytes(b.config));
   DeltaEncodeStats encoded;
   REFIT_ASSIGN_OR_RAISE(
       std::vector<uint8_t> payload,

@@ -142,6 +142,11 @@ TEST(BenchCli, CodecCutsRecordsAtTheConfiguredChunkBytes) {
   ASSERT_GT(by_default, 0);
   EXPECT_GT(at_1kib, 4 * by_default)
       << "records at 1 KiB chunks: " << at_1kib << " against " << by_default << " by default";
+  // As a sender's, an unset chunk_bytes shrinks to a smaller bucket_bytes.
+  WriteAll(dir / "b.toml", "[sender]\nbucket_bytes = \"4KiB\"\n");
+  const int64_t in_4kib_buckets = records({"--config", dir / "b.toml"});
+  EXPECT_GT(in_4kib_buckets, by_default)
+      << "records in 4 KiB buckets: " << in_4kib_buckets << " against " << by_default;
 }
 
 }  // namespace

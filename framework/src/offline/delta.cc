@@ -117,6 +117,13 @@ Result<ApplyStats> ApplyDeltaOnThreads(const std::vector<uint8_t>& payload,
   return stats;
 }
 
+Result<uint64_t> SenderChunkBytes(const Config& config) {
+  REFIT_ASSIGN_OR_RAISE(uint64_t bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
+  REFIT_ASSIGN_OR_RAISE(uint64_t chunk_bytes,
+                        config.GetSize("sender.chunk_bytes", DeltaOptions().chunk_bytes));
+  return std::min(chunk_bytes, bucket_bytes);
+}
+
 }  // namespace internal
 
 }  // namespace refit

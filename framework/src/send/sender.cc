@@ -15,6 +15,7 @@
 #include "faults/faults.h"
 #include "format/model_file.h"
 #include "link/link.h"
+#include "offline/delta_internal.h"
 #include "plugins/encoding_cache.h"
 #include "plugins/layout_map.h"
 #include "protocol/auth.h"
@@ -906,9 +907,8 @@ struct Sender::Impl {
     REFIT_ASSIGN_OR_RAISE(int64_t configured_threads, config.GetInt("sender.threads", 0));
     threads = internal::ResolveThreadCount(configured_threads);
     REFIT_ASSIGN_OR_RAISE(bucket_bytes, config.GetSize("sender.bucket_bytes", 64ull << 20));
-    REFIT_ASSIGN_OR_RAISE(chunk_bytes, config.GetSize("sender.chunk_bytes", 16ull << 20));
+    REFIT_ASSIGN_OR_RAISE(chunk_bytes, internal::SenderChunkBytes(config));
     REFIT_ASSIGN_OR_RAISE(stream_bytes, config.GetSize("sender.stream_bytes", 128ull << 20));
-    if (chunk_bytes > bucket_bytes) chunk_bytes = bucket_bytes;
     REFIT_ASSIGN_OR_RAISE(receivers, config.GetStringList("sender.receivers", {}));
     REFIT_ASSIGN_OR_RAISE(ack_timeout, config.GetDouble("sender.ack_timeout_s", 600));
     REFIT_ASSIGN_OR_RAISE(int64_t versions, config.GetInt("sender.checkpoint_versions", 8));
