@@ -26,6 +26,7 @@
 #include "commands.h"
 #include "common/progress.h"
 #include "common/stopwatch.h"
+#include "format/model_file.h"
 #include "format/safetensors.h"
 #include "format/wire.h"
 #include "link/link.h"
@@ -57,6 +58,8 @@ struct BenchE2eOptions {
   double timeout_s = 600;
   bool json = false;
   uint64_t seed = 1;
+  // Receivers hold the model in memory, attached as an engine's parameters are, not in a file.
+  bool in_memory = false;
 };
 
 // ------------------------------------------------------------------ the weights
@@ -268,12 +271,15 @@ Result<Config> BenchConfig(const BenchE2eOptions& o, const std::string& dir) {
 struct BenchReceiver {
   std::string id;
   std::string state_dir;
+  std::string model_path;  // its model file, or where an in-memory one writes its model at exit
   ChildProcess process;
   bool finished = false;  // exited 0: it applied the last version
 };
 
+// `tensors`: the model's tensor list (JSON), for receivers holding it in memory.
 Result<std::vector<BenchReceiver>> StartReceivers(const BenchE2eOptions& o, const Config& base,
-                                                  const std::string& dir) {
+                                                  const std::string& dir,
+                                                  const std::string& tensors) {
   std::vector<BenchReceiver> receivers;
   for (int i = 0; i < o.receivers; ++i) {
     BenchReceiver r;
@@ -286,12 +292,21 @@ Result<std::vector<BenchReceiver>> StartReceivers(const BenchE2eOptions& o, cons
     REFIT_RETURN_NOT_OK(WriteText(path, ConfigToToml(config)));
     // Bounded even if this process is stopped without killing it: every sync's wait, and some.
     const double lifetime = o.timeout_s * (o.syncs + 1);
-    REFIT_ASSIGN_OR_RAISE(
-        r.process,
-        ChildProcess::SpawnSelf(
-            {"recv", "--config", path, "--follow", "--until-version", std::to_string(o.syncs),
-             "--timeout", std::to_string(static_cast<int64_t>(lifetime)), "--quiet"},
-            /*quiet_stdout=*/true));
+    std::vector<std::string> args = {"recv",
+                                     "--config",
+                                     path,
+                                     "--follow",
+                                     "--until-version",
+                                     std::to_string(o.syncs),
+                                     "--timeout",
+                                     std::to_string(static_cast<int64_t>(lifetime)),
+                                     "--quiet"};
+    r.model_path = r.state_dir + "/model.safetensors";
+    if (o.in_memory) {
+      r.model_path = dir + "/" + r.id + ".model.safetensors";
+      args.insert(args.end(), {"--in-memory", tensors, "--write-model", r.model_path});
+    }
+    REFIT_ASSIGN_OR_RAISE(r.process, ChildProcess::SpawnSelf(args, /*quiet_stdout=*/true));
     receivers.push_back(std::move(r));
   }
   return receivers;
@@ -609,15 +624,15 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   return b;
 }
 
-// Every receiver's model file against the sender's last weights, bit for bit.
+// Every receiver's model (its file, or what an in-memory one wrote at exit) against the sender's
+// last weights, bit for bit.
 Status CheckReceivers(Bench& b, const Trajectory& t) {
   for (BenchReceiver& r : b.receivers) {
     REFIT_ASSIGN_OR_RAISE(int status, r.process.Wait(b.options.timeout_s));
     if (status != 0 && !r.finished) {
       return Status::IoError("receiver " + r.id + " exited with status " + std::to_string(status));
     }
-    REFIT_ASSIGN_OR_RAISE(uint64_t mismatched,
-                          CountMismatchedTensors(r.state_dir + "/model.safetensors", t.current()));
+    REFIT_ASSIGN_OR_RAISE(uint64_t mismatched, CountMismatchedTensors(r.model_path, t.current()));
     if (mismatched != 0) {
       return Status::Corrupt("receiver " + r.id + ": " + std::to_string(mismatched) +
                              " tensors differ from the sender's weights after the last sync");
@@ -666,7 +681,9 @@ Status RunBenchE2e(const BenchE2eOptions& o) {
   RemoveDirOnExit cleanup{dir, o.dir.empty()};
   REFIT_ASSIGN_OR_RAISE(Bench b, SetUp(o, dir));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Trajectory> t, Trajectory::Make(o));
-  REFIT_ASSIGN_OR_RAISE(b.receivers, StartReceivers(o, b.config, dir));
+  const std::string tensors = dir + "/tensors.json";
+  REFIT_RETURN_NOT_OK(WriteText(tensors, SerializeTensorSpecs(internal::SpecsOf(t->current()))));
+  REFIT_ASSIGN_OR_RAISE(b.receivers, StartReceivers(o, b.config, dir, tensors));
   if (!o.json) PrintHeader(b, *t, dir);
   std::vector<SyncRow> rows;
   REFIT_RETURN_NOT_OK(RunSyncs(b, *t, rows));
@@ -682,6 +699,7 @@ Status RunBenchE2e(const BenchE2eOptions& o) {
                    {"transport", b.transport},
                    {"bandwidth_bytes_per_s", b.bandwidth},
                    {"receivers", o.receivers},
+                   {"receivers_in_memory", o.in_memory},
                    {"encoding", b.encoding},
                    {"syncs", json::array()},
                    {"summary", summary}};
@@ -747,6 +765,9 @@ void RegisterBenchE2e(CLI::App& bench, Commands& commands) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", f->o.json, "print one JSON object on stdout instead of the table");
+  cmd->add_flag("--in-memory", f->o.in_memory,
+                "receivers hold the model in their memory, attached as an inference engine's "
+                "parameters are (`refit recv --in-memory`), instead of a model file");
   cmd->add_option("--seed", f->o.seed, "random seed")->capture_default_str();
   commands.push_back({cmd, [f]() -> Status {
                         REFIT_ASSIGN_OR_RAISE(f->o.size_bytes, FlagSize("--size", f->size));

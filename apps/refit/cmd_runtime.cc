@@ -23,6 +23,7 @@
 #include "common/file_util.h"
 #include "common/progress.h"
 #include "format/safetensors.h"
+#include "format/wire.h"
 #include "refit/refit.h"
 #include "synthetic/synthetic.h"
 
@@ -222,10 +223,85 @@ Status RunSend(const SendOptions& o) {
   return Status::OK();
 }
 
-Status RunRecv(const RecvOptions& o) {
-  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
-  REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
+namespace {
+
+// --in-memory: the model lives in this process's memory, attached to the receiver as an inference
+// engine's own parameters are (refit_receiver_attach): a full sync is copied into it and a delta
+// applied in place, with no model file. The memory holds no version at start: the first
+// version this receiver applies must be a full sync (it asks for one).
+class MemoryModel {
+ public:
+  // The tensors of `spec_path` (a JSON list of {"name", "dtype", "shape"}), attached.
+  static Result<std::unique_ptr<MemoryModel>> Attach(Receiver& receiver,
+                                                     const std::string& spec_path) {
+    REFIT_ASSIGN_OR_RAISE(std::string text, internal::ReadSmallFile(spec_path, 64ull << 20));
+    REFIT_ASSIGN_OR_RAISE(std::vector<TensorSpec> specs, ParseTensorSpecs(text, spec_path));
+    auto model = std::unique_ptr<MemoryModel>(new MemoryModel());
+    model->bits_.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      TensorView v;
+      v.name = specs[i].name;
+      v.dtype = specs[i].dtype;
+      v.shape = specs[i].shape;
+      REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(v.shape));
+      model->bits_[i].resize(n * SizeOf(v.dtype));
+      v.data = model->bits_[i].data();
+      model->views_.push_back(std::move(v));
+    }
+    REFIT_RETURN_NOT_OK(receiver.Attach(model->views_).WithContext(spec_path));
+    return model;
+  }
+  Status Write(const std::string& path) const { return WriteSafetensors(path, views_); }
+
+ private:
+  MemoryModel() = default;
+  std::vector<std::vector<uint8_t>> bits_;
+  std::vector<TensorView> views_;
+};
+
+// What a `refit recv` poll loop answers: keep polling, or stop with this status.
+std::optional<Status> AfterPoll(const RecvOptions& o, Receiver& receiver,
+                                const Result<std::optional<ApplyStats>>& r,
+                                std::string& last_error) {
+  if (!r.ok()) {
+    if (!o.follow) return r.status();
+    // Following: every failure is reported (once while it repeats) and polling goes on. A
+    // failed read is retried, a refused version waits for the next one, a version failing
+    // the same way receiver.max_apply_failures times is abandoned for a full sync: no stall.
+    if (r.status().message() != last_error) {
+      const bool asked = r.status().code() == StatusCode::kVersionMismatch;
+      std::fprintf(stderr, "refit: %s; %s\n", r.status().message().c_str(),
+                   asked ? "requested a full sync" : "retrying");
+      std::fflush(stderr);
+      last_error = r.status().message();
+    }
+  } else if (r.value()) {
+    last_error.clear();
+    if (!o.quiet || o.json) PrintApplied(*r.value(), o.json);
+    if (o.until_version != 0 && receiver.version() >= o.until_version) return Status::OK();
+  } else if (o.until_version != 0 && receiver.version() >= o.until_version) {
+    // Already there (nothing pending): following would wait for a version never needed.
+    if (!o.quiet && !o.json) {
+      std::printf("at version %" PRIu64 " (%s)\n", receiver.version(),
+                  receiver.model_path().c_str());
+    }
+    return Status::OK();
+  } else if (!o.follow) {
+    if (receiver.applying() != 0) {
+      return Status::VersionMismatch("the model holds part of version " +
+                                     std::to_string(receiver.applying()) +
+                                     "; not up to date until a full sync replaces it");
+    }
+    if (!o.quiet && !o.json) {
+      std::printf("up to date at version %" PRIu64 " (%s)\n", receiver.version(),
+                  receiver.model_path().c_str());
+    }
+    return Status::OK();
+  }
+  return std::nullopt;
+}
+
+Status PollUntilDone(const RecvOptions& o, Receiver& receiver, int64_t poll_ms) {
   const double start = Now();
   std::string last_error;
   // Following: once idle for a while after applying, the model is checkpointed (synced, its redo
@@ -233,50 +309,18 @@ Status RunRecv(const RecvOptions& o) {
   constexpr double kIdleCheckpointSeconds = 2;
   double last_applied = 0;
   while (true) {
-    Result<std::optional<ApplyStats>> r = receiver->PollOnce();
+    Result<std::optional<ApplyStats>> r = receiver.PollOnce();
     if (o.follow && r.ok() && !r.value() && last_applied != 0 &&
         Now() - last_applied > kIdleCheckpointSeconds) {
       last_applied = 0;
-      if (Status st = receiver->IdleCheckpoint(); !st.ok()) {
+      if (Status st = receiver.IdleCheckpoint(); !st.ok()) {
         std::fprintf(stderr, "refit: checkpoint: %s\n", st.message().c_str());
       }
     }
-    if (!r.ok()) {
-      if (!o.follow) return r.status();
-      // Following: every failure is reported (once while it repeats) and polling goes on. A
-      // failed read is retried, a refused version waits for the next one, a version failing
-      // the same way receiver.max_apply_failures times is abandoned for a full sync: no stall.
-      if (r.status().message() != last_error) {
-        const bool asked = r.status().code() == StatusCode::kVersionMismatch;
-        std::fprintf(stderr, "refit: %s; %s\n", r.status().message().c_str(),
-                     asked ? "requested a full sync" : "retrying");
-        std::fflush(stderr);
-        last_error = r.status().message();
-      }
-    } else if (r.value()) {
-      last_error.clear();
+    if (std::optional<Status> done = AfterPoll(o, receiver, r, last_error)) return *done;
+    if (r.ok() && r.value()) {
       last_applied = Now();
-      if (!o.quiet || o.json) PrintApplied(*r.value(), o.json);
-      if (o.until_version != 0 && receiver->version() >= o.until_version) return Status::OK();
       continue;  // there may be more pending versions: poll again at once
-    } else if (o.until_version != 0 && receiver->version() >= o.until_version) {
-      // Already there (nothing pending): following would wait for a version never needed.
-      if (!o.quiet && !o.json) {
-        std::printf("at version %" PRIu64 " (%s)\n", receiver->version(),
-                    receiver->model_path().c_str());
-      }
-      return Status::OK();
-    } else if (!o.follow) {
-      if (receiver->applying() != 0) {
-        return Status::VersionMismatch("the model holds part of version " +
-                                       std::to_string(receiver->applying()) +
-                                       "; not up to date until a full sync replaces it");
-      }
-      if (!o.quiet && !o.json) {
-        std::printf("up to date at version %" PRIu64 " (%s)\n", receiver->version(),
-                    receiver->model_path().c_str());
-      }
-      return Status::OK();
     }
     if (o.timeout_s > 0 && Now() - start > o.timeout_s) {
       char seconds[32];
@@ -285,11 +329,26 @@ Status RunRecv(const RecvOptions& o) {
                                       ? "version " + std::to_string(o.until_version)
                                       : std::string("a new version");
       return Status::Timeout("gave up after " + std::string(seconds) + " s waiting for " + awaited +
-                             " (the receiver is at version " + std::to_string(receiver->version()) +
+                             " (the receiver is at version " + std::to_string(receiver.version()) +
                              ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
   }
+}
+
+}  // namespace
+
+Status RunRecv(const RecvOptions& o) {
+  REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Receiver> receiver, Receiver::Make(config));
+  REFIT_ASSIGN_OR_RAISE(int64_t poll_ms, config.GetInt("receiver.poll_interval_ms", 100));
+  std::unique_ptr<MemoryModel> memory;
+  if (!o.in_memory.empty()) {
+    REFIT_ASSIGN_OR_RAISE(memory, MemoryModel::Attach(*receiver, o.in_memory));
+  }
+  REFIT_RETURN_NOT_OK(PollUntilDone(o, *receiver, poll_ms));
+  if (memory != nullptr && !o.write_model.empty()) return memory->Write(o.write_model);
+  return Status::OK();
 }
 
 // ------------------------------------------------------------------ demo
@@ -450,6 +509,18 @@ void RegisterSendRecv(CLI::App& app, Commands& commands) {
       ->add_option("--timeout", recv->timeout_s, "with --follow: give up after SECONDS (0: never)")
       ->check(CLI::NonNegativeNumber)
       ->needs(follow);
+  auto* in_memory =
+      recv_cmd
+          ->add_option("--in-memory", recv->in_memory,
+                       "hold the model in this process's memory, as an engine attached through "
+                       "the C API does (no model file): SPEC lists its tensors as JSON "
+                       "[{\"name\", \"dtype\", \"shape\"}]; the first version must be full")
+          ->check(CLI::ExistingFile)
+          ->needs(follow);
+  recv_cmd
+      ->add_option("--write-model", recv->write_model,
+                   "with --in-memory: write the model to FILE (safetensors) once done")
+      ->needs(in_memory);
   recv_cmd->add_flag("--quiet", recv->quiet, "print nothing on success");
   recv_cmd->add_flag("--json", recv->json,
                      "print one JSON object per applied version (counts, seconds per stage)");

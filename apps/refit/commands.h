@@ -73,7 +73,9 @@ struct RecvOptions {
   uint64_t until_version = 0;  // with follow: stop once this version is applied (0: never)
   double timeout_s = 0;        // with follow: give up after this long (0: never)
   bool quiet = false;
-  bool json = false;  // one JSON object per applied version on stdout (JSON lines)
+  bool json = false;        // one JSON object per applied version on stdout (JSON lines)
+  std::string in_memory;    // with follow: a tensor list (JSON); the model is held in memory
+  std::string write_model;  // with in_memory: the model written here (safetensors) once done
 };
 Status RunRecv(const RecvOptions& options);
 // One line (two for a resumed apply) on stdout per applied version, as `refit recv` prints it.

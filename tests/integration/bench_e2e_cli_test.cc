@@ -74,6 +74,45 @@ TEST(BenchE2eCli, TwoReceiversJsonReportAndBitExact) {
   EXPECT_TRUE(std::filesystem::exists(dir / "work/r1/model.safetensors"));
 }
 
+// Receivers holding the model in memory (`refit recv --in-memory`, attached as an engine's
+// parameters are): no model file, every delta applied in that memory, which each receiver writes
+// out at exit for the bench's bit-exact check.
+TEST(BenchE2eCli, InMemoryReceiversApplyEverySyncBitExact) {
+  TempDir dir;
+  auto r =
+      RunBounded({"bench", "e2e", "--size", "4MiB", "--receivers", "2", "--syncs", "3",
+                  "--in-memory", "--json", "--dir", dir / "work", "--config", NoFsyncConfig(dir)},
+                 dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json report = json::parse(r.out);
+  EXPECT_EQ(report["receivers_in_memory"], true);
+  EXPECT_EQ(report["summary"]["bit_exact"], true);
+  ASSERT_EQ(report["syncs"].size(), 3u);
+  EXPECT_EQ(report["syncs"][2]["kind"], "delta");
+  for (const char* id : {"r0", "r1"}) {
+    EXPECT_FALSE(std::filesystem::exists(dir / ("work/" + std::string(id) + "/model.safetensors")))
+        << id;
+    EXPECT_TRUE(std::filesystem::exists(dir / ("work/" + std::string(id) + ".model.safetensors")))
+        << id;
+  }
+}
+
+// `refit recv --in-memory` with a tensor list that is not one: one error line, exit 2, nothing
+// applied.
+TEST(BenchE2eCli, RecvInMemoryRefusesABadTensorList) {
+  TempDir dir;
+  WriteAll(dir / "r.toml", "[receiver]\nid = \"r0\"\nstate_dir = \"" + (dir / "state") +
+                               "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
+                               (dir / "sync") + "\"\n");
+  WriteAll(dir / "tensors.json", "[{\"name\": \"w\", \"dtype\": \"NOPE\", \"shape\": [4]}]");
+  auto r = RunBounded({"recv", "--config", dir / "r.toml", "--follow", "--until-version", "1",
+                       "--timeout", "5", "--in-memory", dir / "tensors.json"},
+                      dir);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tensors.json"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST(BenchE2eCli, BandwidthIsPerConnectionAndTheLinkStageIsPayloadOverIt) {
   TempDir dir;
   auto r = RunBounded({"bench", "e2e", "--size", "4MiB", "--syncs", "2", "--bandwidth", "100MB",
