@@ -31,13 +31,13 @@ class EarlyApplyTest : public ::testing::Test {
     fs::remove_all(dir_ / "sender");
     fs::remove_all(dir_ / "receiver");
     fs::remove_all(dir_ / "sync");
-    const std::string text = "[sender]\nstate_dir = \"" + dir_ / "sender" +
-                             "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n"
-                             "stream_bytes = \"" +
-                             stream_bytes_ + "\"\n\n[receiver]\nid = \"r0\"\n" + receiver_keys_ +
-                             "state_dir = \"" + dir_ / "receiver" +
-                             "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" +
-                             dir_ / "sync" + "\"\nfsync = false\n" + tail;
+    const std::string text =
+        "[sender]\nstate_dir = \"" + dir_ / "sender" +
+        "\"\nreceivers = [\"r0\"]\nack_timeout_s = 5\nchunk_bytes = \"2KiB\"\n" + sender_keys_ +
+        "stream_bytes = \"" + stream_bytes_ + "\"\n\n[receiver]\nid = \"r0\"\n" + receiver_keys_ +
+        "state_dir = \"" + dir_ / "receiver" +
+        "\"\n\n[transport]\nname = \"disk\"\n\n[transport.disk]\ndir = \"" + dir_ / "sync" +
+        "\"\nfsync = false\n" + tail;
     auto config = Config::FromString(text, "early.toml");
     ASSERT_TRUE(config.ok()) << config.status().ToString();
     config_ = std::move(config).value();
@@ -48,8 +48,27 @@ class EarlyApplyTest : public ::testing::Test {
     ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
     receiver_ = std::move(receiver).value();
     weights_ = Checkpoint::Make(41);
+    if (attach_) {
+      // The model in this process's memory, as an engine's parameters: zeros until version 1.
+      memory_.clear();
+      std::vector<TensorView> views;
+      for (auto& t : weights_.tensors) {
+        memory_.emplace_back(t.bytes.size(), 0);
+        views.push_back({t.name, t.dtype, t.shape, memory_.back().data()});
+      }
+      Status attached = receiver_->Attach(views);
+      ASSERT_TRUE(attached.ok()) << attached.ToString();
+    }
     Publish();
     Poll(/*expect_version=*/1);
+  }
+
+  // The attached memory is the trainer's weights, bit for bit.
+  void ExpectMemoryIsWeights() {
+    ASSERT_EQ(memory_.size(), weights_.tensors.size());
+    for (size_t i = 0; i < memory_.size(); ++i) {
+      EXPECT_EQ(memory_[i], weights_.tensors[i].bytes) << weights_.tensors[i].name;
+    }
   }
 
   static std::vector<TensorView> Views(Checkpoint& c) {
@@ -131,6 +150,9 @@ class EarlyApplyTest : public ::testing::Test {
     ExpectModelIsWeights();
   }
 
+  bool attach_ = false;      // Start attaches memory_ to the receiver
+  std::string sender_keys_;  // more lines of [sender]
+  std::vector<std::vector<uint8_t>> memory_;
   std::string stream_bytes_ = "4KiB";
   std::string receiver_keys_;  // more lines of [receiver]
   TempDir dir_;
@@ -161,6 +183,56 @@ TEST_F(EarlyApplyTest, PayloadsComputedBeforeTheCommitApplyBitExactAndNothingIsW
   ASSERT_EQ(Poll(3, &stats), 3u);
   EXPECT_EQ(stats.early_payloads, 0u);
   ExpectModelIsWeights();
+}
+
+// Attached memory (an engine's parameters): the payloads are computed before the commit too, the
+// memory untouched until it, and only the writes are left after it.
+TEST_F(EarlyApplyTest, AttachedMemoryIsComputedBeforeTheCommitAndWrittenAfterIt) {
+  attach_ = true;
+  Start("");
+  ExpectMemoryIsWeights();
+  const std::string commit = PublishWithoutCommit(2);
+  ASSERT_GE(PayloadPaths(2).size(), 2u);
+  const std::vector<std::vector<uint8_t>> before = memory_;
+  EXPECT_EQ(Poll(0), 0u);  // computes version 2's payloads
+  EXPECT_EQ(memory_, before) << "the memory changed before the commit was there";
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, stats.payloads);
+  EXPECT_GT(stats.counters.records, 0u);
+  EXPECT_EQ(stats.resumed_skipped_records, 0u);
+  EXPECT_GT(stats.write_seconds, 0) << "the computed changes were not the ones written";
+  ExpectMemoryIsWeights();
+  weights_.Mutate(0.05, 999);
+  Publish();
+  ASSERT_EQ(Poll(3, &stats), 3u);
+  EXPECT_EQ(stats.early_payloads, 0u);
+  ExpectMemoryIsWeights();
+}
+
+// Attached memory has no redo log: an attempt that fails after the early payloads were written
+// leaves them marked applied, and the retry writes each record once (xor and step records
+// applied twice would not give the weights back).
+TEST_F(EarlyApplyTest, AttachedMemoryRetriedAfterAFailedAttemptAppliesEveryRecordOnce) {
+  attach_ = true;
+  sender_keys_ = "encoding = \"xor\"\n";
+  Start("");
+  const std::string commit = PublishWithoutCommit(2);
+  const std::string last = PayloadPaths(2).back();
+  const std::string good = ReadAll(last);
+  std::string bad = good;
+  bad[bad.size() / 2] ^= 0x5a;  // not computed early, then refused by the manifest's digest
+  WriteAll(last, bad);
+  EXPECT_EQ(Poll(0), 0u);  // computes version 2's other payloads
+  WriteAll(Path(CommitKey(2)), commit);
+  auto failed = receiver_->PollOnce();
+  ASSERT_FALSE(failed.ok()) << "a payload that fails its digest must fail the attempt";
+  WriteAll(last, good);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_GT(stats.resumed_skipped_records, 0u) << "the early records were not kept as applied";
+  ExpectMemoryIsWeights();
 }
 
 TEST_F(EarlyApplyTest, APayloadThatFailsItsDigestsEarlyIsAppliedAfterTheCommit) {

@@ -813,6 +813,49 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
   }
 }
 
+// Attached memory (no journal: it outlives no crash, so records are applied once, by id): the
+// windows computed before the commit (ComputeEarly, against these same bits) are written now,
+// each record once (one an earlier attempt at the version applied is skipped) and marked
+// applied. written[i]: record i is done here.
+Status WriteEarlyUnlogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                          ApplySink& sink, ApplyStats* stats, std::vector<bool>& written) {
+  for (std::unique_ptr<Window>& w : sink.early->windows) {
+    if (w->end > checked.size() || w->first >= w->end) break;
+    KeepTargets(payload, checked, *w);
+    const size_t count = w->end - w->first;
+    std::vector<std::string> ids(count);
+    for (size_t i = 0; i < count; ++i) {
+      ids[i] = payload.label() + "#" + std::to_string(w->first + i);
+      w->changes[i].logged_before = sink.applied_ids->count(ids[i]) != 0;  // not written again
+    }
+    const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
+    std::vector<Status> failed(count);
+    Stopwatch write;
+    RunStripes(sink.pool, stripes, [&](size_t k) {
+      for (size_t i = k; i < count; i += stripes) failed[i] = WriteLoggedRecord(*w, i);
+    });
+    if (stats != nullptr) stats->write_seconds += write.Seconds();
+    for (size_t i = 0; i < count; ++i) {
+      const WindowRecord& r = w->records[i];
+      written[w->first + i] = true;
+      if (r.tensor == nullptr || !failed[i].ok()) continue;
+      if (w->changes[i].logged_before) {
+        if (stats != nullptr) ++stats->resumed_skipped_records;
+        continue;
+      }
+      sink.applied_ids->insert(ids[i]);
+      if (stats != nullptr) {
+        ++stats->counters.records;
+        stats->counters.changed_elements += r.changed;
+      }
+      if (sink.coverage != nullptr) sink.coverage->Add(*r.tensor, r.box);
+      if (sink.applied) sink.applied(*r.tensor, r.box, r.digest);
+    }
+    for (const Status& st : failed) REFIT_RETURN_NOT_OK(st);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const TensorResolver& resolve,
@@ -829,6 +872,11 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   if (sink != nullptr && sink->journal != nullptr) {
     return ApplyLogged(payload, checked, *sink, scratch, stats);
   }
+  std::vector<bool> written_early;
+  if (sink != nullptr && sink->early != nullptr && sink->applied_ids != nullptr) {
+    written_early.assign(checked.size(), false);
+    REFIT_RETURN_NOT_OK(WriteEarlyUnlogged(payload, checked, *sink, stats, written_early));
+  }
   // Records of one payload write disjoint boxes: with a pool they are applied in parallel
   // stripes (this thread takes the first). The sink's hooks are serialized.
   WorkerPool* pool = sink != nullptr ? sink->pool : nullptr;
@@ -838,6 +886,8 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   std::mutex mu;
   StripeQueue queue;
   queue.order = RecordOrder(payload, stripes);
+  if (!written_early.empty())
+    std::erase_if(queue.order, [&](size_t i) { return written_early[i]; });
   RunStripes(pool, stripes, [&](size_t k) {
     thread_local ApplyScratch worker_scratch;
     ApplyStripe(payload, checked, queue, sink, mu, k == 0 ? scratch : worker_scratch, &results[k]);

@@ -102,8 +102,9 @@ struct ApplySink {
   // With a pool, a payload's records are applied by `threads` threads (the caller's included).
   WorkerPool* pool = nullptr;
   size_t threads = 1;
-  // With a journal: this payload's windows computed before the commit was read (ComputeEarly,
-  // against the same targets' bits, which nothing wrote since); taken, not copied.
+  // With a journal, or attached memory's applied_ids: this payload's windows computed before the
+  // commit was read (ComputeEarly, against the same targets' bits, which nothing wrote since);
+  // taken, not copied.
   EarlyWindows* early = nullptr;
   // With a journal: leave the payload's last window in `tail` (syncing, unwritten) instead of
   // waiting for it; the next ApplyPayload lands it after computing its own first window. The

@@ -425,11 +425,12 @@ struct Receiver::Impl {
 
   // While version+1 has no commit: its payloads already stored are read and computed against
   // the model (decoded, digest-verified, held in memory; nothing is written), so that once the
-  // commit is there only the log and the writes remain. Only for a model file at a committed
-  // version; a payload that is not a delta on it (or over the budget) is left to Apply.
+  // commit is there only the log and the writes remain (for attached memory, only the writes).
+  // Only for a model at a committed version; a payload that is not a delta on it (or over the
+  // budget) is left to Apply.
   void ComputeEarlyPayloads() {
     // With a key, payload bytes are decoded only once a signed manifest names them.
-    if (early_bytes == 0 || auth_key || attached || model == nullptr || version == 0 ||
+    if (early_bytes == 0 || auth_key || (!attached && model == nullptr) || version == 0 ||
         applying != 0 || asked_full || model_unknown) {
       return;
     }
