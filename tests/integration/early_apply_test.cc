@@ -138,6 +138,20 @@ class EarlyApplyTest : public ::testing::Test {
     ExpectModelIsWeights();
   }
 
+  // The next version, with its commit, is applied as usual (nothing computed early), bit-exact.
+  void ExpectVersion3AsUsual() {
+    weights_.Mutate(0.05, 999);
+    Publish();
+    ApplyStats stats;
+    ASSERT_EQ(Poll(3, &stats), 3u);
+    EXPECT_EQ(stats.early_payloads, 0u);
+    if (attach_) {
+      ExpectMemoryIsWeights();
+    } else {
+      ExpectModelIsWeights();
+    }
+  }
+
   // Version 2 published without its commit, a poll, then the commit: applied bit-exact, with
   // no payload computed before it.
   void ExpectNothingEarly() {
@@ -177,12 +191,7 @@ TEST_F(EarlyApplyTest, PayloadsComputedBeforeTheCommitApplyBitExactAndNothingIsW
   EXPECT_EQ(stats.early_payloads, stats.payloads);
   EXPECT_EQ(stats.payloads, PayloadPaths(2).size());
   ExpectModelIsWeights();
-  // The next version, with its commit, is applied as usual.
-  weights_.Mutate(0.05, 999);
-  Publish();
-  ASSERT_EQ(Poll(3, &stats), 3u);
-  EXPECT_EQ(stats.early_payloads, 0u);
-  ExpectModelIsWeights();
+  ExpectVersion3AsUsual();
 }
 
 // Attached memory (an engine's parameters): the payloads are computed before the commit too, the
@@ -204,11 +213,7 @@ TEST_F(EarlyApplyTest, AttachedMemoryIsComputedBeforeTheCommitAndWrittenAfterIt)
   EXPECT_EQ(stats.resumed_skipped_records, 0u);
   EXPECT_GT(stats.write_seconds, 0) << "the computed changes were not the ones written";
   ExpectMemoryIsWeights();
-  weights_.Mutate(0.05, 999);
-  Publish();
-  ASSERT_EQ(Poll(3, &stats), 3u);
-  EXPECT_EQ(stats.early_payloads, 0u);
-  ExpectMemoryIsWeights();
+  ExpectVersion3AsUsual();
 }
 
 // Attached memory has no redo log: an attempt that fails after the early payloads were written

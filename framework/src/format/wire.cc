@@ -327,13 +327,17 @@ size_t PayloadBuilder::Add(RecordHeader header, const uint8_t* bytes, uint64_t l
   return headers_.size() - 1;
 }
 
-uint8_t* PayloadBuilder::AddInPlace(RecordHeader header, uint64_t len) {
+void PayloadBuilder::AppendRecord(RecordHeader header, uint64_t len, const uint8_t* borrowed) {
   header.data_begin = data_bytes_;
   header.data_end = data_bytes_ + len;
   headers_.push_back(std::move(header));
-  borrowed_.push_back(nullptr);
+  borrowed_.push_back(borrowed);
   inline_at_.push_back(data_.size());
   data_bytes_ += len;
+}
+
+uint8_t* PayloadBuilder::AddInPlace(RecordHeader header, uint64_t len) {
+  AppendRecord(std::move(header), len, nullptr);
   data_.resize(data_.size() + len);
   return data_.data() + inline_at_.back();
 }
@@ -346,12 +350,7 @@ void PayloadBuilder::TrimLast(uint64_t final_len) {
 }
 
 size_t PayloadBuilder::AddBorrowed(RecordHeader header, const uint8_t* bytes, uint64_t len) {
-  header.data_begin = data_bytes_;
-  header.data_end = data_bytes_ + len;
-  headers_.push_back(std::move(header));
-  borrowed_.push_back(bytes);
-  inline_at_.push_back(data_.size());
-  data_bytes_ += len;
+  AppendRecord(std::move(header), len, bytes);
   return headers_.size() - 1;
 }
 

@@ -67,6 +67,9 @@ class PayloadBuilder {
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 
  private:
+  // The record's header and where its bytes are (borrowed, or null: data_'s end).
+  void AppendRecord(RecordHeader header, uint64_t len, const uint8_t* borrowed);
+
   Metadata metadata_;
   std::vector<RecordHeader> headers_;  // data_begin/data_end: where the bytes go in the payload
   // Per record: its bytes lent by the caller, or null when they are in data_ from inline_at_.
