@@ -681,8 +681,10 @@ Status RunBenchE2e(const BenchE2eOptions& o) {
   RemoveDirOnExit cleanup{dir, o.dir.empty()};
   REFIT_ASSIGN_OR_RAISE(Bench b, SetUp(o, dir));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Trajectory> t, Trajectory::Make(o));
-  const std::string tensors = dir + "/tensors.json";
-  REFIT_RETURN_NOT_OK(WriteText(tensors, SerializeTensorSpecs(internal::SpecsOf(t->current()))));
+  const std::string tensors = dir + "/tensors.json";  // for receivers holding it in memory
+  if (o.in_memory) {
+    REFIT_RETURN_NOT_OK(WriteText(tensors, SerializeTensorSpecs(internal::SpecsOf(t->current()))));
+  }
   REFIT_ASSIGN_OR_RAISE(b.receivers, StartReceivers(o, b.config, dir, tensors));
   if (!o.json) PrintHeader(b, *t, dir);
   std::vector<SyncRow> rows;

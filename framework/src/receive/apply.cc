@@ -188,6 +188,12 @@ struct StripeQueue {
   std::atomic<size_t> next{0};
 };
 
+// A record's id in the log, and among attached memory's applied records: its payload's label and
+// its index there.
+std::string LogId(const std::string& label, size_t index) {
+  return label + "#" + std::to_string(index);
+}
+
 void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& checked,
                  StripeQueue& queue, ApplySink* sink, std::mutex& mu, ApplyScratch& scratch,
                  StripeResult* out) {
@@ -199,7 +205,7 @@ void ApplyStripe(const Payload& payload, const std::vector<CheckedRecord>& check
     if (c.tensor == nullptr) continue;
     std::string id;
     if (sink != nullptr && sink->applied_ids != nullptr) {
-      id = payload.label() + "#" + std::to_string(i);
+      id = LogId(payload.label(), i);
       std::lock_guard<std::mutex> lock(mu);
       if (sink->applied_ids->count(id) != 0) {
         ++out->stats.resumed_skipped_records;
@@ -436,11 +442,6 @@ struct PreviousWindowWrite {
   bool ran = false;             // the section ran (else the caller writes the window itself)
 };
 
-// A record's id in the log: its payload's label and its index there.
-std::string LogId(const std::string& label, size_t index) {
-  return label + "#" + std::to_string(index);
-}
-
 // Gives each record of the window that the receiver lists (decode_changes) its slice of the
 // window's buffers, as large as its header declares.
 void CutListSlices(const Payload& payload, const std::vector<CheckedRecord>& checked,
@@ -608,8 +609,9 @@ Status ReportWritten(ApplySink& sink, const Window& w, const std::vector<Status>
   return Status::OK();
 }
 
-// Writes a logged (synced) window's changes into the file, then reports its records.
-Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
+// Writes a window's changes into their targets on the sink's threads (records marked
+// logged_before are left alone); what each record's write returned.
+std::vector<Status> WriteWindowChanges(ApplySink& sink, const Window& w, ApplyStats* stats) {
   const size_t count = w.records.size();
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
   std::vector<Status> failed(count);
@@ -618,7 +620,12 @@ Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
     for (size_t i = k; i < count; i += stripes) failed[i] = WriteLoggedRecord(w, i);
   });
   if (stats != nullptr) stats->write_seconds += write.Seconds();
-  return ReportWritten(sink, w, failed, stats);
+  return failed;
+}
+
+// Writes a logged (synced) window's changes into the file, then reports its records.
+Status WriteWindow(ApplySink& sink, const Window& w, ApplyStats* stats) {
+  return ReportWritten(sink, w, WriteWindowChanges(sink, w, stats), stats);
 }
 
 void AddComputeStats(const Window& w, ApplyStats* stats) {
@@ -825,16 +832,10 @@ Status WriteEarlyUnlogged(const Payload& payload, const std::vector<CheckedRecor
     const size_t count = w->end - w->first;
     std::vector<std::string> ids(count);
     for (size_t i = 0; i < count; ++i) {
-      ids[i] = payload.label() + "#" + std::to_string(w->first + i);
+      ids[i] = LogId(payload.label(), w->first + i);
       w->changes[i].logged_before = sink.applied_ids->count(ids[i]) != 0;  // not written again
     }
-    const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, count);
-    std::vector<Status> failed(count);
-    Stopwatch write;
-    RunStripes(sink.pool, stripes, [&](size_t k) {
-      for (size_t i = k; i < count; i += stripes) failed[i] = WriteLoggedRecord(*w, i);
-    });
-    if (stats != nullptr) stats->write_seconds += write.Seconds();
+    const std::vector<Status> failed = WriteWindowChanges(sink, *w, stats);
     for (size_t i = 0; i < count; ++i) {
       const WindowRecord& r = w->records[i];
       written[w->first + i] = true;
