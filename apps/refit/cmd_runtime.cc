@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -244,7 +245,15 @@ class MemoryModel {
       v.dtype = specs[i].dtype;
       v.shape = specs[i].shape;
       REFIT_ASSIGN_OR_RAISE(uint64_t n, NumElements(v.shape));
-      model->bits_[i].resize(n * SizeOf(v.dtype));
+      uint64_t bytes = 0;
+      const bool overflows = __builtin_mul_overflow(n, uint64_t{SizeOf(v.dtype)}, &bytes);
+      try {
+        if (overflows) throw std::bad_alloc();
+        model->bits_[i].resize(bytes);
+      } catch (const std::exception&) {  // bad_alloc, or length_error past the vector's bound
+        return Status::Invalid(spec_path + ": tensor '" + v.name + "' (" + std::to_string(n) +
+                               " elements) does not fit in memory");
+      }
       v.data = model->bits_[i].data();
       model->views_.push_back(std::move(v));
     }

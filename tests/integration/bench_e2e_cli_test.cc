@@ -111,6 +111,15 @@ TEST(BenchE2eCli, RecvInMemoryRefusesABadTensorList) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("tensors.json"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // A tensor too large for memory is the same one line, not an abort.
+  WriteAll(dir / "tensors.json",
+           "[{\"name\": \"w\", \"dtype\": \"bf16\", \"shape\": [1000000000000000]}]");
+  r = RunBounded({"recv", "--config", dir / "r.toml", "--follow", "--until-version", "1",
+                  "--timeout", "5", "--in-memory", dir / "tensors.json"},
+                 dir);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("does not fit in memory"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST(BenchE2eCli, BandwidthIsPerConnectionAndTheLinkStageIsPayloadOverIt) {
