@@ -4,7 +4,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 namespace refit::kernels {
 namespace {
@@ -36,6 +40,84 @@ void* AllocateHugeBuffer(size_t bytes) {
 
 void FreeHugeBuffer(void* p, size_t bytes) noexcept {
   if (p != nullptr) ::munmap(p, RoundUpToHugePage(bytes));
+}
+
+namespace {
+
+// Kept buffers and the mapped size of every reused buffer in use (a kept buffer larger than a
+// request is handed out whole, and the allocator frees by the size it asked for).
+struct ReuseCache {
+  std::mutex mu;
+  std::vector<std::pair<void*, size_t>> kept;
+  size_t kept_bytes = 0;
+  std::unordered_map<void*, size_t> in_use;
+};
+
+ReuseCache& Cache() {
+  static ReuseCache* cache = new ReuseCache();  // never destroyed: buffers may outlive statics
+  return *cache;
+}
+
+}  // namespace
+
+void* AllocateReusedBuffer(size_t bytes) {
+  const size_t size = RoundUpToHugePage(bytes);
+  ReuseCache& c = Cache();
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    auto best = c.kept.end();
+    for (auto it = c.kept.begin(); it != c.kept.end(); ++it) {
+      if (it->second >= size && it->second <= size + size / 4 &&
+          (best == c.kept.end() || it->second < best->second)) {
+        best = it;
+      }
+    }
+    if (best != c.kept.end()) {
+      const auto [p, mapped] = *best;
+      c.kept.erase(best);
+      c.kept_bytes -= mapped;
+      c.in_use[p] = mapped;
+      return p;
+    }
+  }
+  void* p = AllocateHugeBuffer(size);
+  try {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.in_use[p] = size;
+  } catch (...) {
+    FreeHugeBuffer(p, size);
+    throw;
+  }
+  return p;
+}
+
+void ReleaseReusedBuffer(void* p, size_t bytes) noexcept {
+  if (p == nullptr) return;
+  ReuseCache& c = Cache();
+  size_t mapped = RoundUpToHugePage(bytes);
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    auto it = c.in_use.find(p);
+    if (it != c.in_use.end()) {
+      mapped = it->second;
+      c.in_use.erase(it);
+    }
+    if (c.kept_bytes + mapped <= kReusedBufferCacheBytes) {
+      try {
+        c.kept.emplace_back(p, mapped);
+        c.kept_bytes += mapped;
+        return;
+      } catch (...) {  // no room for the entry: unmapped below
+      }
+    }
+  }
+  FreeHugeBuffer(p, mapped);
+}
+
+size_t ReusedBufferCacheBytes() noexcept {
+  ReuseCache& c = Cache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  return c.kept_bytes;
 }
 
 void AdviseHugePages(void* p, size_t bytes) noexcept {

@@ -89,7 +89,7 @@ int ConnectAndSend(const std::string& tls, const HostPort& to, int connections) 
       MsgHeader h;
       h.type = MsgType::kPush;
       h.key = "k" + std::to_string(i);
-      auto data = std::make_shared<const std::vector<uint8_t>>(size, uint8_t(i));
+      auto data = std::make_shared<const Buffer>(size, uint8_t(i));
       Status st = client.value()->Send(*conn, h, data, [failures](const Status& done) {
         if (done.ok()) return;
         std::lock_guard<std::mutex> lk(failures->mu);

@@ -278,6 +278,34 @@ TEST(KernelDispatch, LargeUninitVectorsAreHugePageAlignedAndKeepContents) {
   EXPECT_TRUE(MappingIsHugePageEligible(big.data() + big.size() - 1));
 }
 
+// A large ReusedVector's buffer is kept when freed and handed to the next one of about its size
+// (up to a quarter more than asked), not to a much smaller one; one larger than the cache is
+// unmapped.
+TEST(KernelDispatch, ReusedVectorsKeepTheirBuffersForTheNextOfAboutTheirSize) {
+  const size_t size = 37 * kHugeBufferBytes + 5;  // an unusual size: no other test keeps one
+  const size_t kept_before = ReusedBufferCacheBytes();
+  const uint8_t* storage = nullptr;
+  {
+    ReusedVector<uint8_t> v(size, 7);
+    storage = v.data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(storage) % kHugeBufferBytes, 0u);
+  }
+  EXPECT_EQ(ReusedBufferCacheBytes(), kept_before + 38 * kHugeBufferBytes);
+  {
+    ReusedVector<uint8_t> much_smaller(20 * kHugeBufferBytes);
+    EXPECT_NE(much_smaller.data(), storage);
+  }
+  {
+    ReusedVector<uint8_t> v(36 * kHugeBufferBytes);  // 38 MiB <= 36 MiB + a quarter
+    EXPECT_EQ(v.data(), storage);
+    v.assign(v.size(), 9);  // the whole kept mapping is usable
+    EXPECT_EQ(v.back(), 9);
+  }
+  const size_t kept = ReusedBufferCacheBytes();
+  { ReusedVector<uint8_t> huge(kReusedBufferCacheBytes + kHugeBufferBytes); }
+  EXPECT_EQ(ReusedBufferCacheBytes(), kept) << "a buffer larger than the cache was kept";
+}
+
 // Capacity reserved for a std::vector is advised for huge pages where whole 2 MiB pages lie.
 TEST(KernelDispatch, CapacityReservedWithHugePagesIsEligible) {
   std::vector<uint8_t> v(100, 7);

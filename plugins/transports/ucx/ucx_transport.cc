@@ -19,7 +19,7 @@ struct UcxTransport::Pending {
   uint64_t pushed = 0;
   uint64_t tree_seq = 0;  // size replies: the tree push of the key still on its way (0: none)
   ConnId conn = 0;        // the connection it was sent on: only its loss fails the request
-  std::vector<uint8_t> data;
+  Buffer data;
 };
 
 namespace {
@@ -48,7 +48,7 @@ Status FromReply(uint64_t code, const std::string& message) {
   return Status(static_cast<StatusCode>(code), message);
 }
 
-std::map<std::string, uint64_t> ParseListing(const std::vector<uint8_t>& text) {
+std::map<std::string, uint64_t> ParseListing(const Buffer& text) {
   std::map<std::string, uint64_t> out;
   std::istringstream in(std::string(text.begin(), text.end()));
   std::string line;
@@ -317,7 +317,7 @@ void UcxTransport::SendTreeLocked(const std::vector<ConnId>& to) {
       h.type = MsgType::kTree;
       h.a = peer->second.placed_at;
       messages.emplace_back(conn, h);
-      lists.push_back(std::make_shared<const std::vector<uint8_t>>(text.begin(), text.end()));
+      lists.push_back(std::make_shared<const Buffer>(text.begin(), text.end()));
     }
   }
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -490,7 +490,7 @@ void UcxTransport::PostPush(const std::vector<ConnId>& conns, const MsgHeader& h
 }
 
 Result<Bytes> UcxTransport::ReadSpool(const std::string& key, uint64_t offset, uint64_t len) {
-  auto out = std::make_shared<std::vector<uint8_t>>(len);
+  auto out = std::make_shared<Buffer>(len);
   REFIT_RETURN_NOT_OK(spool_->Get(key, offset, out->data(), len));
   return Bytes(std::move(out));
 }
@@ -544,8 +544,7 @@ void UcxTransport::OnHello(const Event& e) {
 }
 
 void UcxTransport::Replay(ConnId conn, const std::string& inventory) {
-  std::map<std::string, uint64_t> held =
-      ParseListing(std::vector<uint8_t>(inventory.begin(), inventory.end()));
+  std::map<std::string, uint64_t> held = ParseListing(Buffer(inventory.begin(), inventory.end()));
   Result<std::vector<std::pair<std::string, uint64_t>>> listed = spool_->List("");
   if (!listed.ok()) {
     sdk::Log(REFIT_LOG_WARN, kLog, "replay: " + listed.status().message());
@@ -604,7 +603,7 @@ void UcxTransport::OnRequest(const Event& e) {
       std::string text;
       for (const auto& [key, size] : listed.value())
         text += key + "\t" + std::to_string(size) + "\n";
-      data = std::make_shared<std::vector<uint8_t>>(text.begin(), text.end());
+      data = std::make_shared<Buffer>(text.begin(), text.end());
     }
   }
   Reply(e.conn, h.id, st, value, std::move(data), tree_seq);
@@ -744,7 +743,7 @@ Status UcxTransport::ConnectOnce() {
     placed_at_ = 0;  // until this sender places us in its tree
   }
   std::string inventory = Inventory();
-  auto data = std::make_shared<std::vector<uint8_t>>(inventory.begin(), inventory.end());
+  auto data = std::make_shared<Buffer>(inventory.begin(), inventory.end());
   Result<std::shared_ptr<Pending>> hello =
       Request(conn, MsgType::kHello, peer_id_, relay_port_, 0, std::move(data));
   Status st = hello.ok() ? FlushOutbox(conn) : hello.status();
@@ -879,7 +878,7 @@ void UcxTransport::OnPush(Event e) {
       inbox_.erase(it);
     }
   } else {
-    Bytes data = std::make_shared<const std::vector<uint8_t>>(std::move(e.data));
+    Bytes data = std::make_shared<const Buffer>(std::move(e.data));
     StoreInInbox(key, data, e.header.id);
     // A relay forwards a tree push on at once, before the runtime reads it (within its own
     // in-flight window: a child that takes nothing is dropped after send_timeout_ms).
@@ -975,7 +974,7 @@ void UcxTransport::OnChildDown(const Event& e) {
   MsgHeader h;
   h.type = MsgType::kReport;
   h.key = address;
-  auto why = std::make_shared<const std::vector<uint8_t>>(e.why.begin(), e.why.end());
+  auto why = std::make_shared<const Buffer>(e.why.begin(), e.why.end());
   worker_->Send(*sender_conn, h, why, nullptr).ok();
 }
 
@@ -1059,11 +1058,11 @@ Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t l
     h.key = key;
     if (options_.k > 0) h.id = TakeTreeSeq(key);
     REFIT_RETURN_NOT_OK(spool_->Put(key, data, len));
-    auto bytes = std::make_shared<const std::vector<uint8_t>>(data, data + len);
+    auto bytes = std::make_shared<const Buffer>(data, data + len);
     if (options_.k > 0) return PushDown(h, std::move(bytes));
     return PushTo(ReadyPeers(), h, std::move(bytes));
   }
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(data, data + len);
+  auto bytes = std::make_shared<const Buffer>(data, data + len);
   StoreInInbox(key, bytes);
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -99,7 +99,7 @@ struct Worker::RecvCtx {
   Worker* worker = nullptr;
   ConnId conn = 0;
   MsgHeader header;
-  std::vector<uint8_t> data;
+  Buffer data;
 };
 
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what) {
@@ -522,7 +522,7 @@ ucs_status_t Worker::OnAm(void* arg, const void* header, size_t header_length, v
   }
   w->conns_[conn]->last_progress = Clock::now();
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    auto* ctx = new RecvCtx{w, conn, std::move(h).value(), std::vector<uint8_t>(length)};
+    auto* ctx = new RecvCtx{w, conn, std::move(h).value(), Buffer(length)};
     w->rndv_.emplace_back(ctx, data);  // started after progress returns
     return UCS_INPROGRESS;             // keeps the descriptor until then
   }

@@ -22,13 +22,18 @@
 #include <thread>
 #include <vector>
 
+#include "refit/kernels/buffer.h"
 #include "refit/status.h"
 #include "ucx_wire.h"
 
 namespace refit::ucx {
 
 using ConnId = uint64_t;
-using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+// Message bodies: never zero-filled, large ones on huge pages and reused once freed. A full
+// sync's payloads are a bucket each; fresh, each buffer's pages were faulted in and zeroed by the
+// kernel before the copy into them (docs/benchmarks.md, "Full sync over ucx").
+using Buffer = kernels::ReusedVector<uint8_t>;
+using Bytes = std::shared_ptr<const Buffer>;
 using SendDone = std::function<void(const Status&)>;
 
 struct Event {
@@ -36,7 +41,7 @@ struct Event {
   Kind kind = Kind::kMessage;
   ConnId conn = 0;
   MsgHeader header;
-  std::vector<uint8_t> data;
+  Buffer data;
   std::string why;  // kPeerDown: the reason
 };
 

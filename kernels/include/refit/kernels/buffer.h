@@ -39,6 +39,20 @@ void AdviseHugePages(void* p, size_t bytes) noexcept;
 // kernel refuses (the pages then fault when first written, as before).
 bool PopulateForWrite(void* p, size_t bytes) noexcept;
 
+// Buffers that come and go at a steady pace (a transport's message bodies: a bucket each) are
+// kept for reuse when freed, up to kReusedBufferCacheBytes in the process: the kernel zeroes
+// every fresh page on its first touch, and on a full sync that zeroing cost more than the
+// copies into the buffers (docs/benchmarks.md, "Full sync over ucx"). A kept buffer holds the
+// bytes of its last use: callers must overwrite what they read (no zeroing either way).
+inline constexpr size_t kReusedBufferCacheBytes = size_t{256} << 20;
+// `bytes` (>= kHugeBufferBytes) of uninitialized memory: a kept buffer of at least that size
+// (and at most a quarter more) when there is one, else AllocateHugeBuffer's.
+void* AllocateReusedBuffer(size_t bytes);
+// Releases what AllocateReusedBuffer(bytes) returned: kept while the cache has room, else unmapped.
+void ReleaseReusedBuffer(void* p, size_t bytes) noexcept;
+// Bytes the cache holds now (for tests).
+size_t ReusedBufferCacheBytes() noexcept;
+
 // Grows v's capacity to at least n elements; capacity it allocates is advised for huge pages.
 template <typename Vector>
 void ReserveWithHugePages(Vector& v, size_t n) {
@@ -92,6 +106,34 @@ class DefaultInitAllocator : public std::allocator<T> {
 // A vector of trivially copyable scratch whose resize does not zero the new elements.
 template <typename T>
 using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
+
+// DefaultInitAllocator whose large buffers are kept for reuse (AllocateReusedBuffer).
+template <typename T>
+class ReusingAllocator : public DefaultInitAllocator<T> {
+ public:
+  using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = ReusingAllocator<U>;
+  };
+  ReusingAllocator() noexcept = default;
+  template <typename U>
+  ReusingAllocator(const ReusingAllocator<U>& /*other*/) noexcept {}  // NOLINT
+
+  T* allocate(size_t n) {
+    if (n >= kHugeBufferBytes / sizeof(T))
+      return static_cast<T*>(AllocateReusedBuffer(n * sizeof(T)));
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (n >= kHugeBufferBytes / sizeof(T)) return ReleaseReusedBuffer(p, n * sizeof(T));
+    std::allocator<T>::deallocate(p, n);
+  }
+};
+
+// An UninitVector whose large buffers are reused (message bodies, payloads).
+template <typename T>
+using ReusedVector = std::vector<T, ReusingAllocator<T>>;
 
 // Positions of changed elements, as DiffPositionsAndDigest writes them.
 using PositionList = UninitVector<uint64_t>;
