@@ -522,6 +522,7 @@ json RowJson(const SyncRow& r, uint64_t model_bytes) {
             {"sender_diff_s", r.stats.diff_seconds},
             {"sender_encode_s", r.stats.encode_seconds},
             {"sender_send_s", r.stats.send_seconds},
+            {"sender_commit_s", r.stats.commit_seconds},
             {"advance_s", r.advance_s},
             {"apply_s", r.apply_s}};
   if (r.alone) {

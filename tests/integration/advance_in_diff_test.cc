@@ -144,6 +144,28 @@ TEST_P(AdvanceInDiffTest, APublishThatFailsMidDiffIsRedoneByTheSameSender) {
   }
 }
 
+// A full sync's copy of the weights (the next baseline) is written while its payloads are encoded
+// and put; the commit waits for it. A copy that cannot be written (its path is a directory) fails
+// the publish with no commit, and the same sender publishes the version once the path is free.
+TEST_P(AdvanceInDiffTest, AFullSyncWhoseCopyCannotBeWrittenIsNotCommitted) {
+  const fs::path blocker = dir_ / "sender/pending.r0.safetensors";
+  fs::create_directories(blocker / "in_the_way");
+  auto failed = sender_->Publish(weights_.Views());
+  ASSERT_FALSE(failed.ok()) << "committed without its full copy";
+  EXPECT_FALSE(fs::exists(dir_ / ("sync/" + CommitKey(1))));
+  auto nothing = receiver_->PollOnce();
+  ASSERT_TRUE(nothing.ok()) << nothing.status().ToString();
+  EXPECT_FALSE(nothing->has_value());
+  fs::remove_all(blocker);
+  SyncOnce(1);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(weights_.Write(dir_ / "previous.safetensors"));
+  weights_.Mutate(0.02, 701);
+  const SyncStats delta = SyncOnce(2);
+  EXPECT_FALSE(delta.full);
+  EXPECT_TRUE(SameTensors(dir_ / "previous.safetensors", dir_ / "sender/baseline.r0.safetensors"));
+}
+
 INSTANTIATE_TEST_SUITE_P(BaselineReads, AdvanceInDiffTest,
                          ::testing::Values(Reads::kThroughTheFile, Reads::kInPlaceWarm,
                                            Reads::kInPlaceUnregistered),

@@ -36,6 +36,31 @@ TEST(AsyncPutter, AJobRunsBeforeThePutsSubmittedAfterItWhileAPayloadIsHandedOver
   EXPECT_EQ(order, (std::vector<std::string>{"job", "p0:3", "p1:5"}));
 }
 
+// A payload's buffer, once put, is kept (emptied) for the next payload to be built in; one at a
+// time, the largest.
+TEST(AsyncPutter, APutPayloadsBufferIsKeptForTheNext) {
+  std::vector<std::string> seen;
+  AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>& bytes) {
+    seen.push_back(key + ":" + std::to_string(bytes.size()) + ":" + std::to_string(bytes[0]));
+    return Status::OK();
+  });
+  EXPECT_EQ(putter.TakeSpare().capacity(), 0u);
+  std::vector<uint8_t> first(1000, 1);
+  const uint8_t* storage = first.data();
+  ASSERT_TRUE(putter.Submit("p0", std::move(first)).ok());
+  ASSERT_TRUE(putter.Submit("p1", std::vector<uint8_t>(10, 2)).ok());
+  ASSERT_TRUE(putter.Drain().ok());
+  std::vector<uint8_t> spare = putter.TakeSpare();
+  EXPECT_TRUE(spare.empty());
+  EXPECT_GE(spare.capacity(), 1000u);
+  EXPECT_EQ(spare.data(), storage) << "the larger of the two buffers is the one kept";
+  EXPECT_EQ(putter.TakeSpare().capacity(), 0u) << "handed out once";
+  spare.assign(20, 3);
+  ASSERT_TRUE(putter.Submit("p2", std::move(spare)).ok());
+  ASSERT_TRUE(putter.Drain().ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"p0:1000:1", "p1:10:2", "p2:20:3"}));
+}
+
 TEST(AsyncPutter, AJobsErrorIsReturnedByDrainAndStopsLaterPuts) {
   int puts = 0;
   AsyncPutter putter([&](const std::string&, const std::vector<uint8_t>&) {

@@ -93,6 +93,21 @@ TEST(Wire, BorrowedAndStagedRecordsGiveTheSamePayloadOnAnyThreadCount) {
       EXPECT_TRUE(b.empty());
     }
   }
+  // Built into a payload already put (the sender's spare, AsyncPutter::TakeSpare): its old bytes
+  // are gone and, when it is large enough, no other memory is taken.
+  for (unsigned threads : {1u, 4u}) {
+    for (size_t spare_bytes : {reference->size() + 4096, size_t{10}}) {
+      std::vector<uint8_t> spare(spare_bytes, 0xab);
+      const uint8_t* storage = spare.data();
+      PayloadBuilder b = build({2, 0, 2, 1, 1});
+      auto bytes = b.Finish(threads == 1 ? nullptr : &pool, threads, std::move(spare));
+      ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+      EXPECT_EQ(bytes.value(), reference.value()) << threads << " threads, " << spare_bytes;
+      if (spare_bytes > reference->size()) {
+        EXPECT_EQ(bytes->data(), storage);
+      }
+    }
+  }
   auto p = Payload::Parse(reference->data(), reference->size(), "p");
   ASSERT_TRUE(p.ok()) << p.status().message();
   ASSERT_EQ(p->records().size(), blobs.size());

@@ -457,7 +457,8 @@ void CopyFileRange(const SafetensorsLayout& layout, const std::vector<TensorView
 
 Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>& tensors,
                                                   const Metadata& metadata,
-                                                  internal::WorkerPool* pool, unsigned threads) {
+                                                  internal::WorkerPool* pool, unsigned threads,
+                                                  std::vector<uint8_t> reuse) {
   REFIT_ASSIGN_OR_RAISE(SafetensorsLayout layout, PlanSafetensors(tensors, metadata));
   REFIT_RETURN_NOT_OK(CheckHasData(tensors));
   const uint64_t total = layout.header.size() + layout.data_bytes;
@@ -465,7 +466,8 @@ Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>&
     return Status::Invalid("safetensors payload of " + std::to_string(layout.data_bytes) +
                            " bytes does not fit in memory");
   }
-  std::vector<uint8_t> out;
+  std::vector<uint8_t> out = std::move(reuse);
+  out.clear();
   kernels::ReserveWithHugePages(out, static_cast<size_t>(total));
   const size_t stripes =
       pool == nullptr ? 1 : std::clamp<uint64_t>(total / kParallelBytesPerThread, 1, threads);

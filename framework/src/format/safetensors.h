@@ -92,10 +92,12 @@ class WorkerPool;
 
 // The same bytes in memory (used for wire payloads). With a pool, bytes of a large file are
 // faulted in and copied on `threads` threads (the caller and threads - 1 of the pool's workers,
-// which should have nothing else queued); the bytes do not depend on it.
+// which should have nothing else queued); the bytes do not depend on it. `reuse`: a buffer whose
+// capacity is written into instead of fresh memory (its old bytes are not kept).
 Result<std::vector<uint8_t>> SerializeSafetensors(const std::vector<TensorView>& tensors,
                                                   const Metadata& metadata = {},
                                                   internal::WorkerPool* pool = nullptr,
-                                                  unsigned threads = 1);
+                                                  unsigned threads = 1,
+                                                  std::vector<uint8_t> reuse = {});
 
 }  // namespace refit

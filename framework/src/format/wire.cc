@@ -354,7 +354,8 @@ size_t PayloadBuilder::AddBorrowed(RecordHeader header, const uint8_t* bytes, ui
   return headers_.size() - 1;
 }
 
-Result<std::vector<uint8_t>> PayloadBuilder::Finish(internal::WorkerPool* pool, unsigned threads) {
+Result<std::vector<uint8_t>> PayloadBuilder::Finish(internal::WorkerPool* pool, unsigned threads,
+                                                    std::vector<uint8_t> reuse) {
   json records = json::array();
   std::vector<TensorView> blobs;
   blobs.reserve(headers_.size());
@@ -385,7 +386,7 @@ Result<std::vector<uint8_t>> PayloadBuilder::Finish(internal::WorkerPool* pool, 
   }
   Metadata md = metadata_;
   md["refit.records"] = records.dump();
-  auto bytes = SerializeSafetensors(blobs, md, pool, threads);
+  auto bytes = SerializeSafetensors(blobs, md, pool, threads, std::move(reuse));
   headers_.clear();
   borrowed_.clear();
   inline_at_.clear();

@@ -62,8 +62,9 @@ class PayloadBuilder {
   bool empty() const { return headers_.empty(); }
   void Reserve(uint64_t bytes) { data_.reserve(bytes); }
   // Resets the builder. With a pool, a large payload is assembled on `threads` threads
-  // (SerializeSafetensors).
-  Result<std::vector<uint8_t>> Finish(internal::WorkerPool* pool = nullptr, unsigned threads = 1);
+  // (SerializeSafetensors); into `reuse`'s capacity when it has enough.
+  Result<std::vector<uint8_t>> Finish(internal::WorkerPool* pool = nullptr, unsigned threads = 1,
+                                      std::vector<uint8_t> reuse = {});
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 
  private:

@@ -43,6 +43,13 @@ Status AsyncPutter::Drain() {
   return error_;
 }
 
+std::vector<uint8_t> AsyncPutter::TakeSpare() {
+  std::vector<uint8_t> spare;
+  std::lock_guard<std::mutex> lock(mu_);
+  spare.swap(spare_);
+  return spare;
+}
+
 void AsyncPutter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -67,8 +74,8 @@ void AsyncPutter::Run() {
     lock.unlock();
     Status st = error_.ok() ? put_(key, payload) : Status::OK();
     payload.clear();
-    payload.shrink_to_fit();
     lock.lock();
+    if (spare_.capacity() < payload.capacity()) std::swap(spare_, payload);
     if (!st.ok() && error_.ok()) error_ = st;
     busy_ = false;
     cv_.notify_all();

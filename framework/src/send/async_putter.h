@@ -26,6 +26,9 @@ class AsyncPutter {
   void RunFirst(std::function<Status()> job);
   // Waits for the last put (and job); returns the first error.
   Status Drain();
+  // The buffer of a payload already put (emptied, its capacity kept), or an empty vector: one is
+  // kept for the next payload to be built in.
+  std::vector<uint8_t> TakeSpare();
   double wait_seconds() const { return wait_seconds_; }
 
  private:
@@ -35,6 +38,7 @@ class AsyncPutter {
   std::condition_variable cv_;
   std::string slot_key_;
   std::vector<uint8_t> slot_;
+  std::vector<uint8_t> spare_;
   bool has_work_ = false;
   bool busy_ = false;  // a put is running
   std::function<Status()> job_;

@@ -558,9 +558,10 @@ Status DeltaWriter::Flush() {
   if (builder_.empty()) return Status::OK();
   uint64_t n = builder_.num_records();
   // With no chunk in flight (the last payload) the workers are idle and help assemble it.
-  REFIT_ASSIGN_OR_RAISE(
-      std::vector<uint8_t> payload,
-      pending_ == 0 ? builder_.Finish(ws_->pool.get(), threads_) : builder_.Finish());
+  std::vector<uint8_t> reuse = spare_ ? spare_() : std::vector<uint8_t>();
+  REFIT_ASSIGN_OR_RAISE(std::vector<uint8_t> payload,
+                        pending_ == 0 ? builder_.Finish(ws_->pool.get(), threads_, std::move(reuse))
+                                      : builder_.Finish(nullptr, 1, std::move(reuse)));
   Status st = flush_(std::move(payload), n);
   if (bucket_bytes_ <= (1ull << 30)) builder_.Reserve(bucket_bytes_);
   return st;

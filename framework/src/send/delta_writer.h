@@ -99,6 +99,10 @@ class DeltaWriter {
   // Also flush a payload once its records cover this many bytes of tensor data (0: on size
   // alone). Depends on the chunks added, not on timing: payloads stay deterministic.
   void SetStreamBytes(uint64_t bytes) { stream_bytes_ = bytes; }
+  // Where a payload's buffer comes from: a payload already put (AsyncPutter::TakeSpare), so that
+  // a version of many payloads reuses its memory instead of faulting in a fresh bucket each.
+  using SpareFn = std::function<std::vector<uint8_t>()>;
+  void SetSpareBuffers(SpareFn spare) { spare_ = std::move(spare); }
 
   DeltaCounters counters;     // of every slice added
   double diff_seconds = 0;    // summed over worker threads
@@ -153,6 +157,7 @@ class DeltaWriter {
   uint64_t streamed_bytes_ = 0;  // tensor bytes committed since the last flush
   PayloadBuilder builder_;
   FlushFn flush_;
+  SpareFn spare_;
   ChangesFn changes_;
   RedoOverlay* old_overlay_ = nullptr;
   unsigned threads_;

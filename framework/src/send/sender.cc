@@ -3,9 +3,11 @@
 // docs/architecture.md).
 #include "refit/sender.h"
 
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "common/crypto.h"
@@ -837,10 +839,16 @@ struct Sender::Impl {
     return Status::OK();
   }
 
-  // Writes the manifest (and a full sync's pending copy of the weights), forwards a pp stage,
-  // writes the commit marker on rank 0 and records the version as published.
-  Status PutManifestAndCommit(Manifest manifest, bool full,
-                              const std::vector<TensorView>& weights) {
+  // A full sync's copy of the weights, the baseline once every receiver acknowledged it.
+  Status WritePendingCopy(const std::vector<TensorView>& weights, uint64_t version) const {
+    return WriteSafetensors(PendingPath(), weights,
+                            {{internal::kVersionMetadataKey, std::to_string(version)}});
+  }
+
+  // Writes the manifest, forwards a pp stage, waits for a full sync's pending copy of the
+  // weights (`pending_copy`, written while its payloads were encoded and put), writes the commit
+  // marker on rank 0 and records the version as published.
+  Status PutManifestAndCommit(Manifest manifest, bool full, std::future<Status>& pending_copy) {
     const uint64_t version = manifest.version;
     if (auth_key) internal::SignManifest(*auth_key, &manifest);
     std::string mtext = SerializeManifest(manifest);
@@ -855,9 +863,7 @@ struct Sender::Impl {
     if (pp_mode && IsStageLeader()) REFIT_RETURN_NOT_OK(ForwardStage(version));
 
     // Keep what we published so the baseline can advance to it once acknowledged.
-    if (full)
-      REFIT_RETURN_NOT_OK(WriteSafetensors(
-          PendingPath(), weights, {{internal::kVersionMetadataKey, std::to_string(version)}}));
+    if (full) REFIT_RETURN_NOT_OK(pending_copy.get());
 
     if (rank == 0) {
       // The commit marker is written last, once every rank's manifest exists.
@@ -1100,6 +1106,18 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
   if (full) REFIT_RETURN_NOT_OK(m.FinishDeferredAdvance());  // a full sync reads no baseline
+  // The full copy's write and sync (seconds on a large model, mostly waiting on the disk) run
+  // beside the encode and the puts, not before the commit. Every return below waits for it (the
+  // future's destructor), so `weights` outlive it.
+  std::future<Status> pending_copy;
+  if (full) {
+    const auto write = [&m, &weights, version] { return m.WritePendingCopy(weights, version); };
+    try {
+      pending_copy = std::async(std::launch::async, write);
+    } catch (const std::system_error&) {  // no thread to be had: written at the commit
+      pending_copy = std::async(std::launch::deferred, write);
+    }
+  }
 
   Manifest manifest = m.NewManifest(version, full);
 
@@ -1121,6 +1139,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
       },
       m.threads, &m.writer_workspace);
   writer.SetStreamBytes(m.stream_bytes);
+  writer.SetSpareBuffers([&putter] { return putter.TakeSpare(); });
   // A delta's changes are kept as they are diffed: the baseline advances by them once acked.
   REFIT_ASSIGN_OR_RAISE(const bool tracked, m.TrackChanges(full, writer));
   REFIT_RETURN_NOT_OK(m.DiffSlices(weights, full, old_by_name, writer, &manifest));
@@ -1136,7 +1155,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   manifest.model_bytes = writer.counters.model_bytes;
   manifest.changed_bytes = writer.counters.changed_bytes;
   Stopwatch commit;
-  REFIT_RETURN_NOT_OK(m.PutManifestAndCommit(manifest, full, weights));
+  REFIT_RETURN_NOT_OK(m.PutManifestAndCommit(manifest, full, pending_copy));
   stats.commit_seconds = commit.Seconds();
 
   stats.version = version;
