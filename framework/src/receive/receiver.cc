@@ -168,7 +168,7 @@ struct Receiver::Impl {
   struct EarlyPayload {
     std::vector<uint8_t> bytes;
     uint64_t xxh3 = 0;
-    internal::EarlyWindowsPtr windows;
+    internal::EarlyWindowsPtr windows;  // null: a full sync's, its bytes only
   };
   uint64_t early_bytes = 0;
   uint64_t early_version = 0;
@@ -457,7 +457,10 @@ struct Receiver::Impl {
     REFIT_ASSIGN_OR_RAISE(e.bytes, transport->GetAll(key, size));
     REFIT_ASSIGN_OR_RAISE(Payload payload, Payload::Parse(e.bytes.data(), e.bytes.size(), key));
     for (const RecordHeader& r : payload.records()) {
-      if (r.create) return Status::OK();  // a full sync's: it replaces the model, no delta
+      // A full sync's: it replaces the model, nothing to compute. Its bytes are kept all the
+      // same: read once (over ucx a read consumes the pushed copy; read again after the commit,
+      // it crossed the link a second time, from the sender rather than the relay tree).
+      if (r.create) return KeepEarly(key, std::move(e), 0);
     }
     std::vector<TensorView> tensors = ModelTensors();
     REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
@@ -467,21 +470,27 @@ struct Receiver::Impl {
                                           threads, early_bytes - early_held - e.bytes.size(),
                                           scratch, window_stash.get(), &held));
     if (internal::EarlyWindowCount(e.windows.get()) == 0) return Status::OK();
+    return KeepEarly(key, std::move(e), held);
+  }
+
+  Status KeepEarly(const std::string& key, EarlyPayload e, uint64_t held) {
     e.xxh3 = kernels::Digest64(e.bytes.data(), e.bytes.size());
     early_held += held + e.bytes.size();
     early[key] = std::move(e);
     return Status::OK();
   }
 
-  // The early payload `p` names, if its bytes are the ones read: moved into payload_buffer and
-  // its windows returned (the manifest's digests checked, as a fetch checks them).
-  internal::EarlyWindowsPtr TakeEarly(uint64_t v, const PayloadRef& p) {
-    if (!EarlyMatches(v, p)) return nullptr;
+  // Whether the early payload `p` names holds its bytes (the manifest's digests checked, as a
+  // fetch checks them): then they are moved into payload_buffer and *windows is what was
+  // computed from them (null for a full sync's).
+  bool TakeEarly(uint64_t v, const PayloadRef& p, internal::EarlyWindowsPtr* windows) {
+    if (!EarlyMatches(v, p)) return false;
     auto it = early.find(p.key);
     EarlyPayload e = std::move(it->second);
     early.erase(it);
     payload_buffer.swap(e.bytes);
-    return std::move(e.windows);
+    *windows = std::move(e.windows);
+    return true;
   }
 
   // Whether the early payload of that key holds the bytes manifest entry `p` names (else it is
@@ -535,12 +544,13 @@ struct Receiver::Impl {
             " bytes exceeds receiver.apply_bytes = " + std::to_string(apply_bytes));
       }
       Stopwatch fetch;
-      internal::EarlyWindowsPtr computed = TakeEarly(v, *p);
-      if (computed == nullptr && next_fetch.pending) {
+      internal::EarlyWindowsPtr computed;
+      const bool read_early = TakeEarly(v, *p, &computed);
+      if (!read_early && next_fetch.pending) {
         Status fetched = next_fetch.Wait();
         if (!fetched.ok()) return Rejected(v, *p, fetched);
         payload_buffer.swap(next_buffer);
-      } else if (computed == nullptr && prefetched != p->key) {
+      } else if (!read_early && prefetched != p->key) {
         REFIT_RETURN_NOT_OK(FetchInto(v, *p, payload_buffer));
       }
       prefetched.clear();

@@ -845,6 +845,17 @@ struct Sender::Impl {
                             {{internal::kVersionMetadataKey, std::to_string(version)}});
   }
 
+  // WritePendingCopy on a thread of its own: the write and sync (seconds on a large model,
+  // mostly waiting on the disk) run beside the encode and the puts, not before the commit.
+  std::future<Status> StartPendingCopy(const std::vector<TensorView>& weights, uint64_t version) {
+    const auto write = [this, &weights, version] { return WritePendingCopy(weights, version); };
+    try {
+      return std::async(std::launch::async, write);
+    } catch (const std::system_error&) {  // no thread to be had: written at the commit
+      return std::async(std::launch::deferred, write);
+    }
+  }
+
   // Writes the manifest, forwards a pp stage, waits for a full sync's pending copy of the
   // weights (`pending_copy`, written while its payloads were encoded and put), writes the commit
   // marker on rank 0 and records the version as published.
@@ -1106,18 +1117,9 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
   if (full) REFIT_RETURN_NOT_OK(m.FinishDeferredAdvance());  // a full sync reads no baseline
-  // The full copy's write and sync (seconds on a large model, mostly waiting on the disk) run
-  // beside the encode and the puts, not before the commit. Every return below waits for it (the
-  // future's destructor), so `weights` outlive it.
+  // Every return below waits for the full copy (the future's destructor): `weights` outlive it.
   std::future<Status> pending_copy;
-  if (full) {
-    const auto write = [&m, &weights, version] { return m.WritePendingCopy(weights, version); };
-    try {
-      pending_copy = std::async(std::launch::async, write);
-    } catch (const std::system_error&) {  // no thread to be had: written at the commit
-      pending_copy = std::async(std::launch::deferred, write);
-    }
-  }
+  if (full) pending_copy = m.StartPendingCopy(weights, version);
 
   Manifest manifest = m.NewManifest(version, full);
 
