@@ -70,26 +70,29 @@ void ResizeDiscarding(Vector& v, size_t n) {
   v.resize(n);
 }
 
-template <typename T>
-class DefaultInitAllocator : public std::allocator<T> {
+// std::allocator whose construct default-initializes, and whose buffers of kHugeBufferBytes or
+// more are AllocateHugeBuffer's (kReuse: AllocateReusedBuffer's, kept for reuse when freed).
+template <typename T, bool kReuse>
+class ScratchAllocator : public std::allocator<T> {
  public:
   using value_type = T;
   template <typename U>
   struct rebind {
-    using other = DefaultInitAllocator<U>;
+    using other = ScratchAllocator<U, kReuse>;
   };
-  DefaultInitAllocator() noexcept = default;
+  ScratchAllocator() noexcept = default;
   template <typename U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>& /*other*/) noexcept {}  // NOLINT
+  ScratchAllocator(const ScratchAllocator<U, kReuse>& /*other*/) noexcept {}  // NOLINT
 
   T* allocate(size_t n) {
-    if (n >= kHugeBufferBytes / sizeof(T))
-      return static_cast<T*>(AllocateHugeBuffer(n * sizeof(T)));
-    return std::allocator<T>::allocate(n);
+    if (n < kHugeBufferBytes / sizeof(T)) return std::allocator<T>::allocate(n);
+    if constexpr (kReuse) return static_cast<T*>(AllocateReusedBuffer(n * sizeof(T)));
+    return static_cast<T*>(AllocateHugeBuffer(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) noexcept {
-    if (n >= kHugeBufferBytes / sizeof(T)) return FreeHugeBuffer(p, n * sizeof(T));
-    std::allocator<T>::deallocate(p, n);
+    if (n < kHugeBufferBytes / sizeof(T)) return std::allocator<T>::deallocate(p, n);
+    if constexpr (kReuse) return ReleaseReusedBuffer(p, n * sizeof(T));
+    FreeHugeBuffer(p, n * sizeof(T));
   }
 
   // resize(n) / vector(n): default-initialize (no zeroing for trivial types).
@@ -103,34 +106,14 @@ class DefaultInitAllocator : public std::allocator<T> {
   }
 };
 
+template <typename T>
+using DefaultInitAllocator = ScratchAllocator<T, false>;
+template <typename T>
+using ReusingAllocator = ScratchAllocator<T, true>;
+
 // A vector of trivially copyable scratch whose resize does not zero the new elements.
 template <typename T>
 using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
-
-// DefaultInitAllocator whose large buffers are kept for reuse (AllocateReusedBuffer).
-template <typename T>
-class ReusingAllocator : public DefaultInitAllocator<T> {
- public:
-  using value_type = T;
-  template <typename U>
-  struct rebind {
-    using other = ReusingAllocator<U>;
-  };
-  ReusingAllocator() noexcept = default;
-  template <typename U>
-  ReusingAllocator(const ReusingAllocator<U>& /*other*/) noexcept {}  // NOLINT
-
-  T* allocate(size_t n) {
-    if (n >= kHugeBufferBytes / sizeof(T))
-      return static_cast<T*>(AllocateReusedBuffer(n * sizeof(T)));
-    return std::allocator<T>::allocate(n);
-  }
-  void deallocate(T* p, size_t n) noexcept {
-    if (n >= kHugeBufferBytes / sizeof(T)) return ReleaseReusedBuffer(p, n * sizeof(T));
-    std::allocator<T>::deallocate(p, n);
-  }
-};
-
 // An UninitVector whose large buffers are reused (message bodies, payloads).
 template <typename T>
 using ReusedVector = std::vector<T, ReusingAllocator<T>>;
