@@ -7,6 +7,7 @@
 
 #include "plugins/describe.h"
 #include "plugins/plugin_library.h"
+#include "refit/kernels/buffer.h"
 #include "refit/registry.h"
 
 namespace refit {
@@ -142,7 +143,11 @@ Result<std::vector<uint8_t>> Transport::GetAll(const std::string& key, uint64_t 
     return Status::Corrupt(Describe(*info_) + ": key '" + key + "' holds " + std::to_string(*size) +
                            " bytes, more than the limit of " + std::to_string(max_bytes));
   }
-  std::vector<uint8_t> data(*size);
+  // A payload read whole (a receiver's early read): its pages are huge where they can be, as a
+  // fetched payload's are (GetVerified).
+  std::vector<uint8_t> data;
+  kernels::ReserveWithHugePages(data, static_cast<size_t>(*size));
+  data.resize(static_cast<size_t>(*size));
   REFIT_RETURN_NOT_OK(Get(key, 0, data.data(), data.size()));
   return data;
 }
