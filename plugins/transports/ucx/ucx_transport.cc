@@ -48,9 +48,9 @@ Status FromReply(uint64_t code, const std::string& message) {
   return Status(static_cast<StatusCode>(code), message);
 }
 
-std::map<std::string, uint64_t> ParseListing(const Buffer& text) {
+std::map<std::string, uint64_t> ParseListing(const std::string& text) {
   std::map<std::string, uint64_t> out;
-  std::istringstream in(std::string(text.begin(), text.end()));
+  std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     const size_t tab = line.find('\t');
@@ -58,6 +58,10 @@ std::map<std::string, uint64_t> ParseListing(const Buffer& text) {
     out[line.substr(0, tab)] = std::strtoull(line.c_str() + tab + 1, nullptr, 10);
   }
   return out;
+}
+
+std::map<std::string, uint64_t> ParseListing(const Buffer& body) {
+  return ParseListing(std::string(body.begin(), body.end()));
 }
 
 bool IsPayloadKey(const std::string& key) { return key.find("/payload.") != std::string::npos; }
@@ -544,7 +548,7 @@ void UcxTransport::OnHello(const Event& e) {
 }
 
 void UcxTransport::Replay(ConnId conn, const std::string& inventory) {
-  std::map<std::string, uint64_t> held = ParseListing(Buffer(inventory.begin(), inventory.end()));
+  std::map<std::string, uint64_t> held = ParseListing(inventory);
   Result<std::vector<std::pair<std::string, uint64_t>>> listed = spool_->List("");
   if (!listed.ok()) {
     sdk::Log(REFIT_LOG_WARN, kLog, "replay: " + listed.status().message());
