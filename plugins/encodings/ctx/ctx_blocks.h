@@ -28,6 +28,21 @@ struct SlotRange {
   uint8_t width = 0;
 };
 
+// Chunks of the table form's walk: this many blocks of kBlockElems elements.
+constexpr uint32_t kChunkBlocks = 256;
+
+// The last block b of a chunk with before[b] <= rank, where before[b] (ascending, kChunkBlocks
+// entries, UINT16_MAX past the chunk's last block) counts a slot's members in the blocks before b:
+// the block that holds the slot's member of that rank. A binary search without branches.
+inline uint32_t BlockOfBySearch(const uint16_t* before, uint32_t rank) {
+  uint32_t b = 0;
+#pragma GCC unroll 8
+  for (uint32_t half = kChunkBlocks / 2; half > 0; half /= 2) {
+    b += static_cast<uint32_t>(before[b + half] <= rank) * half;
+  }
+  return b;
+}
+
 #define CTX_TARGET_AVX2 __attribute__((target("avx2,popcnt")))
 #define CTX_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,popcnt,bmi2")))
 #define CTX_TARGET_VBMI2 __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt,bmi2")))
@@ -90,6 +105,9 @@ struct Avx2Ops {
   CTX_TARGET_AVX2 static uint32_t Select(uint64_t m, uint64_t r) {
     for (; r > 0; --r) m &= m - 1;
     return static_cast<uint32_t>(__builtin_ctzll(m));
+  }
+  static uint32_t BlockOf(const uint16_t* before, uint32_t rank) {
+    return BlockOfBySearch(before, rank);
   }
 
  private:
@@ -161,6 +179,18 @@ struct Avx512Ops {
   }
   CTX_TARGET_AVX512 static uint32_t Select(uint64_t m, uint64_t r) {
     return static_cast<uint32_t>(__builtin_ctzll(_pdep_u64(uint64_t{1} << r, m)));
+  }
+  // BlockOfBySearch by counting the entries <= rank (before is 64-byte aligned): eight compares
+  // that do not wait on each other, where the search's eight loads each wait on the last.
+  CTX_TARGET_AVX512 static uint32_t BlockOf(const uint16_t* before, uint32_t rank) {
+    const __m512i r = _mm512_set1_epi16(static_cast<short>(rank));
+    uint32_t count = 0;
+#pragma GCC unroll 8
+    for (uint32_t i = 0; i < kChunkBlocks; i += 32) {
+      count += static_cast<uint32_t>(
+          __builtin_popcount(_mm512_cmple_epu16_mask(_mm512_load_si512(before + i), r)));
+    }
+    return count - 1;
   }
 
  private:

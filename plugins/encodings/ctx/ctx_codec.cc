@@ -223,6 +223,8 @@ bool GetVarint(const uint8_t* p, uint64_t len, uint64_t* pos, uint64_t* value) {
 
 // The coder's hot paths must inline into the record loops so its state stays in registers.
 #define CTX_INLINE inline __attribute__((always_inline))
+#define CTX_NOINLINE __attribute__((noinline))
+#define CTX_INLINE_LAMBDA __attribute__((always_inline))
 
 constexpr int kProbBits = 15;
 constexpr uint32_t kProbOne = 1u << kProbBits;
@@ -1313,7 +1315,8 @@ struct AdaptiveCoder {
 };
 
 // The table form's streams: two interleaved rANS states over one word stream, decode tables per
-// class slot (kTotal entries each) and the shared step-bucket table, and the raw bit stream.
+// class slot (kTotal entries each) and the shared step-bucket table, and the raw bit stream
+// (DecodeClassChanges reads them).
 // Its symbols are in class-major order (all changes of the lowest class, then the next, ...), so
 // the whole record is decoded up front, one class table at a time (in L1), into arrays that the
 // walk then consumes: no coder on the walk's critical path.
@@ -1325,8 +1328,47 @@ struct TableStreams {
   uint32_t x1;
   tables::BitReader raw;
 
-  CTX_INLINE uint32_t Symbol(const uint32_t* table) {
-    const uint32_t e = table[x0 & (tables::kTotal - 1)];
+  bool ConsumedExactly() const {
+    return word_pos == words_len && x0 == tables::kStateLow && x1 == tables::kStateLow &&
+           raw.ConsumedExactly();
+  }
+};
+
+// A decoded change of the table form: the run to its class's next change and its step in the
+// ordered representation (two's complement in the dtype's width; 0: an impossible step).
+struct DecodedChange {
+  // Not zeroed: the scratch grows by resize, and every entry is decoded before it is read.
+  DecodedChange() {}  // NOLINT(modernize-use-equals-default): = default would zero on resize
+  uint64_t run;
+  uint64_t step;
+};
+
+// The escape's bits (BitReader::GetEscaped) on a copy of the reader: GetEscaped is not inlined,
+// and a reader whose address it took would live on the stack for the whole loop.
+CTX_NOINLINE uint64_t GetEscapedFrom(tables::BitReader* raw) {
+  tables::BitReader copy = *raw;
+  const uint64_t u = copy.GetEscaped();
+  *raw = copy;
+  return u;
+}
+
+// Decodes the `count` changes of one class slot into runs / magnitudes / signs; false when one
+// codes an impossible step or a malformed escape.
+template <typename T>
+bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint32_t* big,
+                        uint64_t count, DecodedChange* out) {
+  constexpr int kBits = sizeof(T) * 8;
+  // The coder's state in locals, not in `streams`: the stores to `out` could alias a struct
+  // reached through a reference, and a struct whose address escapes stays in memory, so every
+  // symbol would wait on a store and a reload of its state.
+  const uint8_t* const words = streams.words;
+  const uint64_t words_len = streams.words_len;
+  uint64_t word_pos = streams.word_pos;
+  uint32_t x0 = streams.x0;
+  uint32_t x1 = streams.x1;
+  tables::BitReader raw = streams.raw;
+  const auto symbol = [&](const uint32_t* t) CTX_INLINE_LAMBDA {
+    const uint32_t e = t[x0 & (tables::kTotal - 1)];
     uint32_t x = (((e >> 8) & (tables::kTotal - 1)) + 1) * (x0 >> tables::kPrecision) + (e >> 20);
     // Branch-free renormalization (taken for about a quarter of the symbols, unpredictably);
     // past the end of the words it reads zeros and the position shows the overrun.
@@ -1339,40 +1381,16 @@ struct TableStreams {
     x0 = x1;
     x1 = x;
     return e & 0xff;
-  }
-  bool ConsumedExactly() const {
-    return word_pos == words_len && x0 == tables::kStateLow && x1 == tables::kStateLow &&
-           raw.ConsumedExactly();
-  }
-};
-
-// Decodes the `count` changes of one class slot into runs / magnitudes / signs; false when one
-// codes an impossible step or a malformed escape.
-// A decoded change of the table form: the run to its class's next change and its step in the
-// ordered representation (two's complement in the dtype's width; 0: an impossible step).
-struct DecodedChange {
-  // Not zeroed: the scratch grows by resize, and every entry is decoded before it is read.
-  DecodedChange() {}  // NOLINT(modernize-use-equals-default): = default would zero on resize
-  uint64_t run;
-  uint64_t step;
-};
-
-template <typename T>
-bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint32_t* big,
-                        uint64_t count, DecodedChange* out) {
-  constexpr int kBits = sizeof(T) * 8;
-  // A local copy keeps the states in registers: the stores to `out` could alias `streams`, so
-  // through the reference every symbol would wait on a store and a reload of its state.
-  TableStreams st = streams;
+  };
   bool ok = true;
   for (uint64_t j = 0; j < count; ++j) {
-    const uint32_t sym = st.Symbol(table);
+    const uint32_t sym = symbol(table);
     uint64_t magnitude = 1;
     if (sym & 1) {
-      const uint32_t b = st.Symbol(big);
-      const uint64_t u = b == tables::kEscapeBucket ? st.raw.GetEscaped()
+      const uint32_t b = symbol(big);
+      const uint64_t u = b == tables::kEscapeBucket ? GetEscapedFrom(&raw)
                                                     : tables::kBucketTable.base[b] +
-                                                          st.raw.Get(tables::kBucketTable.extra[b]);
+                                                          raw.Get(tables::kBucketTable.extra[b]);
       // u == 0: a malformed escape.
       magnitude = u == 0 || u >= (uint64_t{1} << (kBits - 1)) ? 0 : u + 1;
     }
@@ -1380,12 +1398,12 @@ bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint
     uint64_t run;
     uint32_t negative;
     if (__builtin_expect(bucket != tables::kEscapeBucket, 1)) {
-      const uint64_t v = st.raw.Get(tables::kBucketTable.extra[bucket] + 1);
+      const uint64_t v = raw.Get(tables::kBucketTable.extra[bucket] + 1);
       negative = static_cast<uint32_t>(v & 1);
       run = tables::kBucketTable.base[bucket] - 1 + (v >> 1);
     } else {
-      negative = static_cast<uint32_t>(st.raw.Get(1));
-      const uint64_t u = st.raw.GetEscaped();
+      negative = static_cast<uint32_t>(raw.Get(1));
+      const uint64_t u = GetEscapedFrom(&raw);
       if (u == 0) magnitude = 0;
       run = u - 1;
     }
@@ -1394,7 +1412,10 @@ bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint
     out[j].run = run;
     out[j].step = magnitude == 0 ? 0 : static_cast<T>((static_cast<T>(magnitude) ^ flip) - flip);
   }
-  streams = st;
+  streams.word_pos = word_pos;
+  streams.x0 = x0;
+  streams.x1 = x1;
+  streams.raw = raw;
   return ok;
 }
 
@@ -1699,8 +1720,6 @@ Status Walk(Path path, const Header& h, const DTypeSpec& spec, ClassFn cls, cons
 // after its last change (its coded terminal run is not checked). One slot of every class needs
 // no counting: its runs are distances (WalkDecodedJumps).
 
-constexpr uint64_t kChunkBlocks = 256;
-
 // The scalar level's block primitives (plain C++, any CPU).
 struct ScalarOps {
   static constexpr bool kMemberLists = false;
@@ -1723,60 +1742,65 @@ struct ScalarOps {
     for (; r > 0; --r) m &= m - 1;
     return static_cast<uint32_t>(std::countr_zero(m));
   }
+  static uint32_t BlockOf(const uint16_t* before, uint32_t rank) {
+    return BlockOfBySearch(before, rank);
+  }
 };
 
 // How far ahead of a slot's next change the walks prefetch its decoded changes.
 constexpr uint64_t kChangesAhead = 32;
 
-// One slot's changes within one block (m: its members, pop of them, from element `base`):
-// records each change whose countdown runs out here and counts the block off. False once the
-// slot has no change left.
+// One slot's pass over one chunk (class bytes v and existence masks valid of its blocks): *j is
+// the slot's next change in `changes` (up to `last`), *left the slot's members to pass before
+// it; each change found is appended to positions / steps at *pending. Two phases, so that no
+// branch waits on a block's class compare: the slot's members before each block are summed
+// first (no data-dependent branch), then each change's block is found from those sums without
+// a branch (Ops::BlockOf) and its element by a select in the block's stored mask. (A countdown
+// block by block mispredicted its exit test once per change, and resolving it waited on the
+// block's whole load-compare-popcount chain: the walk took ~1.3x as long at 1.5% density.)
 template <typename Ops>
-CTX_INLINE bool BlockChanges(uint64_t m, uint32_t pop, uint64_t base, const DecodedChange* changes,
-                             uint64_t last, uint64_t n, uint64_t* j, uint64_t* left,
-                             uint64_t* positions, uint64_t* steps, uint64_t* pending) {
-  while (__builtin_expect(*left < pop, 0)) {
-    __builtin_prefetch(changes + *j + kChangesAhead);  // (see SlotMembers)
-    positions[*pending] = base + Ops::Select(m, *left);
-    steps[(*pending)++] = changes[*j].step;
-    const uint64_t run = changes[*j].run;
-    if (++*j == last) return false;
-    *left += 1 + std::min(run, n);  // (a run of n or more never comes back within the record)
-  }
-  *left -= pop;
-  return true;
-}
-
-// One slot's pass over one chunk (class bytes v and existence masks valid of its blocks), counting
-// its members down block by block; *j / *left / *pending as in BlockChanges.
-template <typename Ops>
-CTX_INLINE void SlotCountdown(const typename Ops::Classes* v, const uint64_t* valid,
-                              uint64_t blocks, uint64_t chunk, SlotRange range,
-                              const DecodedChange* changes, uint64_t last, uint64_t n, uint64_t* j,
-                              uint64_t* left, uint64_t* positions, uint64_t* steps,
-                              uint64_t* pending) {
-  // Locals, not the callers' counters: the stores to positions / steps (also uint64_t) could
-  // alias those, so through the pointers the countdown went to memory and back every block (a
-  // store-forwarding stall per block, ~40% of the walk at 1.5% density).
-  uint64_t at = *j;
-  uint64_t countdown = *left;
-  uint64_t listed = *pending;
-#pragma GCC unroll 4
+CTX_INLINE void SlotPrefix(const typename Ops::Classes* v, const uint64_t* valid, uint64_t blocks,
+                           uint64_t chunk, SlotRange range, const DecodedChange* changes,
+                           uint64_t last, uint64_t n, uint64_t* j, uint64_t* left,
+                           uint64_t* positions, uint64_t* steps, uint64_t* pending) {
+  alignas(64) uint16_t before[kChunkBlocks];  // the slot's members in blocks [0, b)
+  uint64_t members[kChunkBlocks];             // the slot's members in block b
+  uint32_t count = 0;
   for (uint64_t b = 0; b < blocks; ++b) {
-    const uint64_t m = Ops::Mask(v[b], range) & valid[b];
-    if (!BlockChanges<Ops>(m, Ops::Pop(m), chunk + b * kBlockElems, changes, last, n, &at,
-                           &countdown, positions, steps, &listed)) {
+    before[b] = static_cast<uint16_t>(count);
+    members[b] = Ops::Mask(v[b], range) & valid[b];
+    count += Ops::Pop(members[b]);
+  }
+  if (*left >= count) {  // no change of this slot in the chunk
+    *left -= count;
+    return;
+  }
+  // Past the chunk's last block: above every rank, so the search never lands there.
+  for (uint64_t b = blocks; b < kChunkBlocks; ++b) before[b] = UINT16_MAX;
+  uint64_t rank = *left;  // within the chunk's members of the slot
+  uint64_t at = *j;
+  uint64_t p = *pending;
+  bool more = true;
+  while (rank < count) {
+    __builtin_prefetch(changes + at + kChangesAhead);  // (see SlotMembers)
+    const uint32_t b = Ops::BlockOf(before, static_cast<uint32_t>(rank));
+    positions[p] = chunk + uint64_t{b} * kBlockElems + Ops::Select(members[b], rank - before[b]);
+    steps[p++] = changes[at].step;
+    const uint64_t run = changes[at].run;
+    if (++at == last) {
+      more = false;
       break;
     }
+    rank += 1 + std::min(run, n);  // (a run of n or more never comes back within the record)
   }
+  *left = more ? rank - count : rank;
   *j = at;
-  *left = countdown;
-  *pending = listed;
+  *pending = p;
 }
 
 // The same pass with the slot's members of the chunk listed first (Ops::Members): a change is
-// then one load from the list, where the countdown costs a select and a mispredicted loop exit
-// per block that has changes. Same positions, same stopping rule.
+// then one load from the list, where SlotPrefix costs a block search and a select; listing
+// costs more per block than summing. Same positions, same stopping rule.
 template <typename Ops>
 CTX_INLINE void SlotMembers(const typename Ops::Classes* v, const uint64_t* valid, uint64_t blocks,
                             uint64_t chunk, SlotRange range, const DecodedChange* changes,
@@ -1811,8 +1835,8 @@ CTX_INLINE void SlotMembers(const typename Ops::Classes* v, const uint64_t* vali
 }
 
 // Changes a slot had in the previous chunk from which its next chunk lists its members (with
-// Ops::kMemberLists): below, the countdown's per-block cost is the smaller one.
-constexpr uint64_t kMemberListMinChanges = kChunkBlocks / 4;
+// Ops::kMemberLists): below, SlotPrefix's smaller per-block cost outweighs its per-change one.
+constexpr uint64_t kMemberListMinChanges = kChunkBlocks / 2;
 
 template <typename T, typename ClassFn, typename Ops, typename Out>
 CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, const Slots& slots,
@@ -1842,13 +1866,13 @@ CTX_INLINE void WalkChunks(const Header& h, const DTypeSpec& spec, ClassFn cls, 
           SlotMembers<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
                            &need[slot], positions, steps, &pending, members);
         } else {
-          SlotCountdown<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
-                             &need[slot], positions, steps, &pending);
+          SlotPrefix<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
+                          &need[slot], positions, steps, &pending);
         }
       } else {
         (void)members;
-        SlotCountdown<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
-                           &need[slot], positions, steps, &pending);
+        SlotPrefix<Ops>(v, valid, blocks, chunk, slots.range[slot], changes, end[slot], n, &j,
+                        &need[slot], positions, steps, &pending);
       }
       recent[slot] = pending - before;
       cursor[slot] = j;
