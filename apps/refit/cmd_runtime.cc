@@ -158,6 +158,10 @@ Status PrintSendJson(const SendOptions& o, const Config& config, Sender& sender,
 
 Status RunSend(const SendOptions& o) {
   REFIT_ASSIGN_OR_RAISE(Config config, LoadConfigFile(o.config_path));
+  // The whole file is checked before anything it leaves out is reported: a typo in a key would
+  // otherwise show only once the missing weights are given.
+  REFIT_ASSIGN_OR_RAISE(std::shared_ptr<Registry> registry, LoadRegistry(&config));
+  REFIT_RETURN_NOT_OK(ValidateConfig(config, *registry));
   std::string weights_path = o.weights;
   if (weights_path.empty()) {
     REFIT_ASSIGN_OR_RAISE(weights_path, config.GetString("sender.weights", ""));
@@ -166,7 +170,8 @@ Status RunSend(const SendOptions& o) {
                              o.config_path);
     }
   }
-  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender, Sender::Make(config, o.rank, o.world));
+  REFIT_ASSIGN_OR_RAISE(std::unique_ptr<Sender> sender,
+                        Sender::Make(config, o.rank, o.world, std::move(registry)));
   REFIT_ASSIGN_OR_RAISE(std::unique_ptr<SenderMetrics> metrics,
                         SenderMetrics::Make(config, o.rank, o.world));
   const double read_start = Now();

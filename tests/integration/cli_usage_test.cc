@@ -60,6 +60,13 @@ TEST(CliUsage, UsageAndConfigErrorsExitTwo) {
                    "sender.bucket_byts");
   ExpectUsageError(RunRefit({"recv", "--config", dir / "unknown_key.toml", "--nope"}, dir.path()),
                    "--nope");
+  // A config mistake is named before what the file leaves out (here: the weights), so a typo
+  // does not hide behind another error until that one is fixed.
+  ExpectUsageError(RunRefit({"send", "--config", dir / "unknown_key.toml"}, dir.path()),
+                   "sender.bucket_byts");
+  WriteAll(dir / "no_weights.toml", Config(dir));
+  ExpectUsageError(RunRefit({"send", "--config", dir / "no_weights.toml"}, dir.path()),
+                   "no weights");
 }
 
 TEST(CliUsage, RecvFollowUntilAVersionAlreadyAppliedExits) {
