@@ -10,7 +10,9 @@
 //   refit_ctx_measure offline BASE NEW PLUGIN_DIR OUT_DIR   refit diff/apply with ctx, end to end
 //
 // Prints per-file totals: density, payload bytes, bound bytes, payload / bound, and the
-// components (position and value bits per change) of both.
+// components (position and value bits per change) of both. Environment: CTX_FORM (a coded
+// form), CTX_REPEAT=R (the fastest of R decodes per record), CTX_LISTED=1 (time the receiver's
+// DecodeChanges instead of Decode), CTX_RECORDS=1 (a line per record).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -103,14 +105,32 @@ bool MeasureTensor(const std::string& name, refit::DType dtype, const void* old_
   // fastest: the first decode also pays for its scratch's page faults.
   const char* repeat_env = std::getenv("CTX_REPEAT");
   const int repeats = repeat_env != nullptr ? std::max(1, std::atoi(repeat_env)) : 1;
+  // CTX_LISTED=1 times DecodeChanges (the receiver's listing of a record's changes against the
+  // old bits) instead of Decode; the listed changes are then applied, untimed, for the check.
+  const bool listed = std::getenv("CTX_LISTED") != nullptr;
+  std::vector<uint64_t> listed_positions(listed ? k : 0);
+  std::vector<uint8_t> listed_values(listed ? k * es : 0);
+  uint64_t listed_count = 0;
   double decode_s = 0;
   refit::Status st;
   for (int r = 0; r < repeats; ++r) {
     if (r > 0) std::memcpy(bits.data(), old_bits, n * es);
     t0 = Clock::now();
-    st = refit::ctx::Decode(out.data(), *size, target);
+    if (listed) {
+      refit::Result<uint64_t> count = refit::ctx::DecodeChanges(
+          out.data(), *size, target, listed_positions.data(), listed_values.data(), k);
+      st = count.status();
+      listed_count = count.ok() ? *count : 0;
+    } else {
+      st = refit::ctx::Decode(out.data(), *size, target);
+    }
     const double s = Seconds(t0);
     decode_s = r == 0 ? s : std::min(decode_s, s);
+  }
+  if (listed && st.ok()) {
+    for (uint64_t c = 0; c < listed_count; ++c) {
+      std::memcpy(bits.data() + listed_positions[c] * es, listed_values.data() + c * es, es);
+    }
   }
   t->decode_s += decode_s;
   if (!st.ok() || std::memcmp(bits.data(), new_bits, n * es) != 0) {
