@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -346,7 +347,13 @@ Status PollUntilDone(const RecvOptions& o, Receiver& receiver, int64_t poll_ms) 
                              " (the receiver is at version " + std::to_string(receiver.version()) +
                              ")");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+    // Woken when the sender's objects arrive (ucx), else after poll_ms (never past --timeout):
+    // polling stays the fallback, so a wake that never comes costs poll_ms, not a version.
+    double wait_ms = static_cast<double>(poll_ms);
+    if (o.timeout_s > 0) {
+      wait_ms = std::clamp(1000 * (o.timeout_s - (Now() - start)) + 1, 1.0, wait_ms);
+    }
+    REFIT_RETURN_NOT_OK(receiver.WaitForArrival(static_cast<uint32_t>(wait_ms)).status());
   }
 }
 

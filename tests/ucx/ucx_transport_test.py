@@ -45,6 +45,8 @@ class UcxCase(unittest.TestCase):
         self.commands = 0
         self.transport_extra = ""
         self.sender_extra = ""
+        self.sender_poll_ms = 10
+        self.receiver_poll_ms = 20
 
     def tearDown(self):
         for proc, _ in self.procs:
@@ -61,8 +63,10 @@ class UcxCase(unittest.TestCase):
         path = os.path.join(self.dir, f"{name or rid}.toml")
         names = ", ".join(f'"r{i}"' for i in range(receivers))
         base = (f'[sender]\nstate_dir = "{self.dir}/sender"\nreceivers = [{names}]\n'
-                f"ack_timeout_s = 30\npoll_interval_ms = 10\n{self.sender_extra}\n\n"
-                f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\npoll_interval_ms = 20\n\n'
+                f"ack_timeout_s = 30\npoll_interval_ms = {self.sender_poll_ms}\n"
+                f"{self.sender_extra}\n\n"
+                f'[receiver]\nid = "{rid}"\nstate_dir = "{self.dir}/{rid}"\n'
+                f"poll_interval_ms = {self.receiver_poll_ms}\n\n"
                 f'[transport]\nname = "ucx"\n{self.transport_extra}\n\n'
                 f'[transport.ucx]\nlisten = "127.0.0.1:0"\n'
                 f'rendezvous_file = "{self.dir}/sender.addr"\nspool_dir = "{self.dir}/spool"\n'
@@ -190,6 +194,20 @@ class Sync(UcxCase):
             served = [ln for ln in err.splitlines() if "reads were served by the sender" in ln]
             self.assertTrue(served, err)
             self.assertNotIn(": 0 reads", served[-1])
+
+
+class WakeUps(UcxCase):
+    def test_commits_and_acks_wake_the_peers_that_wait_for_them(self):
+        # Both sides poll only every 2 minutes: each version is acknowledged well within the
+        # bound only because the commit's arrival wakes the receiver and the ack's the sender.
+        self.sender_poll_ms = self.receiver_poll_ms = 120000
+        vs = versions(3)
+        started = self.start_receiver(1, "r0", len(vs))
+        for v, tensors in enumerate(vs, start=1):
+            self.send(1, tensors, v)  # --wait: acknowledged, within the bound of a refit process
+            self.assert_model_is("r0", tensors, f"after version {v}")
+        code, err = self.finish(started)
+        self.assertEqual(code, 0, err)
 
 
 class BadConfig(UcxCase):

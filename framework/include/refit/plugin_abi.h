@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 5
+#define REFIT_ABI_MINOR 6
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -215,6 +215,12 @@ typedef struct refit_transport_vtable {
   /* Calls cb once per key starting with prefix (any order). */
   int (*list)(void* instance, const char* prefix, refit_list_cb cb, void* ctx, refit_error_t* err);
   int (*remove)(void* instance, const char* key, refit_error_t* err);
+  /* ABI 1.6, optional (NULL, or absent from a table whose struct_size ends before it): blocks
+   * until an object may have arrived since this instance's previous call to wait (the first call:
+   * since the instance was made), or until timeout_ms elapse; *changed_p = 1 when it woke for an
+   * arrival, 0 at the timeout. A wake with nothing new is allowed, a missed arrival is not: a
+   * receiver waits here between polls instead of sleeping. Without it the host sleeps. */
+  int (*wait)(void* instance, uint32_t timeout_ms, int* changed_p, refit_error_t* err);
 } refit_transport_vtable_t;
 
 /* ---------------------------------------------------------------- layouts */

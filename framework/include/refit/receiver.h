@@ -65,6 +65,10 @@ class REFIT_API Receiver {
   // that fails the same way receiver.max_apply_failures times is abandoned: a full sync is
   // requested (kVersionMismatch) and the version never tried again.
   Result<std::optional<ApplyStats>> PollOnce();
+  // Between two PollOnce calls: returns once something may have arrived from the sender (a
+  // transport that can wake a receiver, such as ucx: at once when the commit lands) or after
+  // timeout_ms (any other transport: a plain sleep). True when woken by an arrival.
+  Result<bool> WaitForArrival(uint32_t timeout_ms);
 
   // Binds the receiver's model to caller-owned memory (an inference engine's own parameters):
   // from now on a full sync is copied into these tensors and a delta is decoded and applied in

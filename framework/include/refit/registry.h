@@ -106,6 +106,12 @@ class REFIT_API Transport {
   // Sorted by key.
   Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix);
   Status Remove(const std::string& key);
+  // Whether the plugin can wake a waiting receiver when an object arrives (ABI 1.6 wait).
+  bool can_wait() const;
+  // Blocks until an object may have arrived since the previous Wait, or timeout_ms elapse: true
+  // when woken by one (possibly with nothing new), false at the timeout. A transport that cannot
+  // wait sleeps for timeout_ms and says false.
+  Result<bool> Wait(uint32_t timeout_ms);
 
  private:
   friend class Registry;

@@ -323,6 +323,8 @@ class FaultTransport {
     MaybeDelay("remove", key);
     return inner_->Remove(key);
   }
+  // Wake-ups pass through: faults act on the operations, not on when a receiver looks.
+  Result<bool> Wait(uint32_t timeout_ms) { return inner_->Wait(timeout_ms); }
 
  private:
   void MaybeDelay(std::string_view op, std::string_view key) {

@@ -117,6 +117,7 @@ class LinkTransport {
   }
 
   Status Remove(const std::string& key) { return inner_->Remove(key); }
+  Result<bool> Wait(uint32_t timeout_ms) { return inner_->Wait(timeout_ms); }
 
  private:
   void Throttle(uint64_t bytes) {

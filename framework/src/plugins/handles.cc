@@ -1,9 +1,11 @@
 // The C++ handles around plugin instances (Encoding, Transport, Layout): each call goes through
 // the plugin's vtable, and its results are checked before the framework trusts them.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "plugins/describe.h"
 #include "plugins/plugin_library.h"
@@ -192,6 +194,23 @@ Status Transport::Remove(const std::string& key) {
   refit_error_t err{};
   int rc = vtable_->remove(instance_, key.c_str(), &err);
   return StatusFromPlugin(rc, err, Describe(*info_) + ": remove '" + key + "'");
+}
+
+bool Transport::can_wait() const {
+  return vtable_->struct_size >= offsetof(refit_transport_vtable_t, wait) + sizeof(vtable_->wait) &&
+         vtable_->wait != nullptr;
+}
+
+Result<bool> Transport::Wait(uint32_t timeout_ms) {
+  if (!can_wait()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return false;
+  }
+  refit_error_t err{};
+  int changed = 0;
+  int rc = vtable_->wait(instance_, timeout_ms, &changed, &err);
+  if (rc != REFIT_OK) return StatusFromPlugin(rc, err, Describe(*info_) + ": wait");
+  return changed != 0;
 }
 
 // ------------------------------------------------------------------ Layout

@@ -33,7 +33,8 @@ constexpr uint32_t kMinComponentSize = offsetof(refit_component_t, config_key_si
 constexpr uint32_t kMinConfigKeySize = sizeof(refit_config_key_t);
 // decode_changes (ABI 1.4) is optional: an older encoding table ends before it.
 constexpr uint32_t kMinEncodingVtableSize = offsetof(refit_encoding_vtable_t, decode_changes);
-constexpr uint32_t kMinTransportVtableSize = sizeof(refit_transport_vtable_t);
+// wait (ABI 1.6) is optional: an older transport table ends before it.
+constexpr uint32_t kMinTransportVtableSize = offsetof(refit_transport_vtable_t, wait);
 // list_local (ABI 1.1) is optional: a 1.0 layout table ends before it.
 constexpr uint32_t kMinLayoutVtableSize = offsetof(refit_layout_vtable_t, list_local);
 // Enough to read struct_size, abi_major and abi_minor.

@@ -1090,6 +1090,10 @@ Status Receiver::IdleCheckpoint() {
   return impl_->MaybeCheckpoint(internal::CheckpointWhen::kHalfway);
 }
 
+Result<bool> Receiver::WaitForArrival(uint32_t timeout_ms) {
+  return impl_->transport->Wait(timeout_ms);
+}
+
 Result<std::optional<ApplyStats>> Receiver::PollOnce() {
   Impl& m = *impl_;
   Stopwatch poll;

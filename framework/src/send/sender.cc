@@ -3,6 +3,7 @@
 // docs/architecture.md).
 #include "refit/sender.h"
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -1070,7 +1071,10 @@ Status Sender::WaitAndAdvance(double timeout_seconds) {
                              " s by: " + names + " (baseline stays at version " +
                              std::to_string(m.baseline_version) + ")");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(m.poll_ms));
+    // Woken when a receiver's ack arrives (ucx), else after poll_ms (never past the timeout).
+    const double left_ms = 1000 * (timeout_seconds - clock.Seconds()) + 1;
+    const double wait_ms = std::clamp<double>(left_ms, 1, static_cast<double>(m.poll_ms));
+    REFIT_RETURN_NOT_OK(m.transport->Wait(static_cast<uint32_t>(wait_ms)).status());
   }
   m.acks.clear();
   for (const std::string& r : m.receivers) {

@@ -134,8 +134,21 @@ int Remove(void* instance, const char* key, refit_error_t* err) {
   return f->engine->remove(f->instance, key, err);
 }
 
-const refit_transport_vtable_t kForwardingVtable = {
-    sizeof(refit_transport_vtable_t), 0, &Create, &Destroy, &Put, &Size, &Get, &List, &Remove};
+int Wait(void* instance, uint32_t timeout_ms, int* changed_p, refit_error_t* err) {
+  auto* f = static_cast<Forwarded*>(instance);
+  return f->engine->wait(f->instance, timeout_ms, changed_p, err);  // same build: it has one
+}
+
+const refit_transport_vtable_t kForwardingVtable = {sizeof(refit_transport_vtable_t),
+                                                    0,
+                                                    &Create,
+                                                    &Destroy,
+                                                    &Put,
+                                                    &Size,
+                                                    &Get,
+                                                    &List,
+                                                    &Remove,
+                                                    &Wait};
 
 }  // namespace
 

@@ -587,6 +587,11 @@ void UcxTransport::OnRequest(const Event& e) {
   Bytes data;
   if (st.ok() && h.type == MsgType::kUpload) {
     st = spool_->Put(h.key, e.data.data(), e.data.size());
+    if (st.ok()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++arrivals_;
+    }
+    cv_.notify_all();  // a Wait for acks
   } else if (st.ok() && h.type == MsgType::kRemove) {
     st = spool_->Remove(h.key);
   } else if (st.ok() && h.type == MsgType::kSize) {
@@ -898,6 +903,7 @@ void UcxTransport::OnPush(Event e) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (push_conn_ == e.conn) ++delivered_;
+    ++arrivals_;  // a drop too: a Wait then looks again, as for an object
   }
   cv_.notify_all();
 }
@@ -1053,6 +1059,14 @@ bool UcxTransport::GetFromInbox(const std::string& key, uint64_t offset, uint8_t
 }
 
 // ------------------------------------------------------------------ the channel
+
+Result<bool> UcxTransport::Wait(uint32_t timeout_ms) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const bool arrived = cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
+                                    [&] { return stop_ || arrivals_ != waited_; });
+  waited_ = arrivals_;
+  return arrived && !stop_;
+}
 
 Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
   REFIT_RETURN_NOT_OK(ValidateTransportKey(key));

@@ -77,6 +77,9 @@ class UcxTransport : public EventHandler {
   Status Get(const std::string& key, uint64_t offset, uint8_t* buf, uint64_t len);
   Result<std::vector<std::pair<std::string, uint64_t>>> List(const std::string& prefix);
   Status Remove(const std::string& key);
+  // Until an object arrives (a receiver: a push into its inbox; the sender: a receiver's upload,
+  // such as an ack) or timeout_ms pass; true when woken by one.
+  Result<bool> Wait(uint32_t timeout_ms);
 
   void OnEvent(Event event) override;
 
@@ -164,6 +167,8 @@ class UcxTransport : public EventHandler {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  uint64_t arrivals_ = 0;  // objects that arrived (Wait's wake-ups): pushes, or uploads
+  uint64_t waited_ = 0;    // arrivals_ when the last Wait returned
   // Sender.
   std::unique_ptr<disk::DiskTransport> spool_;
   std::map<ConnId, Peer> peers_;

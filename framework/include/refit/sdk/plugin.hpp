@@ -25,7 +25,9 @@
 //   REFIT_PLUGIN("my-plugin", "0.1.0",
 //                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
 //
-// Transports implement Create(cfg, role, peer_id), Put, Size, Get, List, Remove; layouts implement
+// Transports implement Create(cfg, role, peer_id), Put, Size, Get, List, Remove, and optionally
+// (ABI 1.6 wait) `refit::Result<bool> Wait(uint32_t timeout_ms)`: block until an object may have
+// arrived since the previous Wait, true when woken by one, false at the timeout. Layouts implement
 // Create(cfg, rank, world), MapTensor and optionally ListLocal. The concepts EncodingImpl,
 // TransportImpl and LayoutImpl below state each requirement; Make* names the unmet one in a
 // static_assert. The plugin table is emitted for REFIT_ABI_MINOR of the header it is built with.
@@ -224,6 +226,11 @@ concept HasDecodeChanges = requires(const Impl& impl, const uint8_t* payload, ui
 };
 
 template <class Impl>
+concept HasWait = requires(Impl& impl, uint32_t timeout_ms) {
+  { impl.Wait(timeout_ms) } -> std::same_as<Result<bool>>;
+};
+
+template <class Impl>
 constexpr uint32_t ApplyCost() {
   if constexpr (HasApplyCost<Impl>) {
     return static_cast<uint32_t>(Impl::kApplyCost);
@@ -355,9 +362,30 @@ struct TransportAdapter {
     return detail::Guard(
         err, [&] { return detail::Report(err, static_cast<Impl*>(instance)->Remove(key)); });
   }
+  static int Wait(void* instance, uint32_t timeout_ms, int* changed_p, refit_error_t* err) {
+    return detail::Guard(err, [&] {
+      if constexpr (detail::HasWait<Impl>) {
+        Result<bool> r = static_cast<Impl*>(instance)->Wait(timeout_ms);
+        if (!r.ok()) return detail::Report(err, r.status());
+        *changed_p = r.value() ? 1 : 0;
+        return static_cast<int>(REFIT_OK);
+      } else {
+        (void)instance, (void)timeout_ms, (void)changed_p;
+        return static_cast<int>(REFIT_ERR_UNSUPPORTED);
+      }
+    });
+  }
   static const refit_transport_vtable_t* Vtable() {
-    static const refit_transport_vtable_t vt = {
-        sizeof(refit_transport_vtable_t), 0, &Create, &Destroy, &Put, &Size, &Get, &List, &Remove};
+    static const refit_transport_vtable_t vt = {sizeof(refit_transport_vtable_t),
+                                                0,
+                                                &Create,
+                                                &Destroy,
+                                                &Put,
+                                                &Size,
+                                                &Get,
+                                                &List,
+                                                &Remove,
+                                                detail::HasWait<Impl> ? &Wait : nullptr};
     return &vt;
   }
 };

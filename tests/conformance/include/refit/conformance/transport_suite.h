@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -339,6 +340,55 @@ TEST_P(TransportConformanceTest, SenderAndReceiverSeeEachOthersObjects) {
   ASSERT_TRUE(receiver.Put("acks/r0/v00000010", ack.data(), ack.size()).ok());
   ExpectObject(*transport_, "acks/r0/v00000010", ack);
   EXPECT_EQ(ListOf("acks/r0/"), (Listing{{"acks/r0/v00000010", ack.size()}}));
+}
+
+// ABI 1.6 wait, where the transport has it: what arrives while a peer waits wakes it, and what
+// arrived since its previous wait is not missed by the next. (Not that nothing else wakes it: a
+// wake with nothing new is allowed.) Without it the host sleeps and says so.
+TEST_P(TransportConformanceTest, WaitWakesForWhatArrivedSinceTheLastWait) {
+  auto made = Create(REFIT_ROLE_RECEIVER);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Transport& receiver = *made.value();
+  if (!receiver.can_wait()) {
+    Result<bool> slept = receiver.Wait(1);
+    ASSERT_TRUE(slept.ok()) << slept.status().ToString();
+    EXPECT_FALSE(slept.value());
+    return;
+  }
+  constexpr uint32_t kLongMs = 60000;     // a transport that misses the arrival returns false then
+  const auto settle = [](Transport& t) {  // what arrived when the peers met
+    for (int i = 0; i < 100; ++i) {
+      Result<bool> woke = t.Wait(20);
+      ASSERT_TRUE(woke.ok()) << woke.status().ToString();
+      if (!woke.value()) return;
+    }
+  };
+  settle(receiver);
+  std::vector<uint8_t> commit = RandomBytes(100, 21);
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(transport_->Put("v00000012/COMMIT", commit.data(), commit.size()).ok());
+  });
+  Result<bool> woke = receiver.Wait(kLongMs);
+  later.join();
+  ASSERT_TRUE(woke.ok()) << woke.status().ToString();
+  EXPECT_TRUE(woke.value()) << "a put during the receiver's wait did not wake it";
+  ExpectObject(receiver, "v00000012/COMMIT", commit);
+
+  settle(receiver);
+  ASSERT_TRUE(transport_->Put("v00000013/COMMIT", commit.data(), commit.size()).ok());
+  ExpectObject(receiver, "v00000013/COMMIT", commit);
+  woke = receiver.Wait(kLongMs);
+  ASSERT_TRUE(woke.ok()) << woke.status().ToString();
+  EXPECT_TRUE(woke.value()) << "a put before the receiver's wait was missed";
+
+  settle(*transport_);
+  std::vector<uint8_t> ack = RandomBytes(16, 22);
+  ASSERT_TRUE(receiver.Put("acks/r0/v00000013", ack.data(), ack.size()).ok());
+  ExpectObject(*transport_, "acks/r0/v00000013", ack);
+  woke = transport_->Wait(kLongMs);
+  ASSERT_TRUE(woke.ok()) << woke.status().ToString();
+  EXPECT_TRUE(woke.value()) << "a receiver's put did not wake the sender";
 }
 
 TEST_P(TransportConformanceTest, ReadersNeverSeeAPartialOverwrite) {
