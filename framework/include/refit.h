@@ -133,6 +133,12 @@ REFIT_API refit_status_t refit_receiver_attach_dlpack(refit_receiver_t* receiver
  * filled, or *applied_p = 0 when none is ready. Does not wait. */
 REFIT_API refit_status_t refit_receiver_poll(refit_receiver_t* receiver, int32_t* applied_p,
                                              refit_apply_stats_t* stats_p);
+/* Between two polls: returns once something may have arrived from the sender (*woke_p = 1; over
+ * ucx at once when a commit lands) or after `timeout_ms` (*woke_p = 0; a transport that cannot
+ * wake a receiver, such as disk or s3, just sleeps). A wake with nothing new is possible: poll
+ * then, and wait again when it applied nothing. */
+REFIT_API refit_status_t refit_receiver_wait(refit_receiver_t* receiver, uint32_t timeout_ms,
+                                             int32_t* woke_p);
 /* The receiver's committed version (0: none). */
 REFIT_API refit_status_t refit_receiver_version(const refit_receiver_t* receiver,
                                                 uint64_t* version_p);

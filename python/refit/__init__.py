@@ -149,6 +149,14 @@ class Receiver:
             self._staged.copy_back()
         return stats
 
+    def wait(self, timeout=1.0):
+        """Blocks until something may have arrived from the sender, or `timeout` seconds pass:
+        True when woken by an arrival (over ucx at once when a commit lands; poll() then), False
+        at the timeout. A transport that cannot wake a receiver (disk, s3) just sleeps. Use it
+        between polls instead of a sleep; the GIL is released while it waits.
+        """
+        return self._core.wait(float(timeout))
+
     @property
     def version(self):
         """The committed version the receiver holds (0: none)."""

@@ -1,10 +1,12 @@
 // The Sender and Receiver cores behind refit.Sender / refit.Receiver (python/refit/__init__.py
 // turns named tensors into entries and stages CUDA tensors through host memory).
 //
-// Every call into refit runs without the GIL, under the object's own mutex: refit's objects are
-// used from one thread at a time, and other Python threads keep running meanwhile.
+// Every call into refit runs without the GIL, under the object's own mutex (but a receiver's wait):
+// refit's objects are used from one thread at a time, and other Python threads keep running
+// meanwhile.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -101,6 +103,14 @@ class ReceiverCore {
     return Unwrap(Locked(mu_, [&] { return receiver_->PollOnce(); }));
   }
 
+  // Not under mu_: a poll from another thread goes on while this one waits (the transport's
+  // wait is safe beside its other calls).
+  bool Wait(double timeout_seconds) {
+    const double ms = std::clamp(timeout_seconds * 1000, 0.0, double{UINT32_MAX});
+    py::gil_scoped_release release;
+    return Unwrap(receiver_->WaitForArrival(static_cast<uint32_t>(ms)));
+  }
+
   uint64_t version() {
     return Locked(mu_, [&] { return receiver_->version(); });
   }
@@ -133,6 +143,7 @@ void BindEndpoints(py::module_& m) {
       .def(py::init<const Config&>(), py::arg("config"))
       .def("attach", &ReceiverCore::Attach, py::arg("entries"), py::arg("loaded_version"))
       .def("poll", &ReceiverCore::Poll)
+      .def("wait", &ReceiverCore::Wait, py::arg("timeout"))
       .def_property_readonly("version", &ReceiverCore::version)
       .def_property_readonly("applying", &ReceiverCore::applying)
       .def_property_readonly("model_path", &ReceiverCore::model_path);

@@ -168,5 +168,64 @@ class SyncTest(TempDirTest):
         self.assertEqual(config.label, "mine.toml")
 
 
+class WaitTest(TempDirTest):
+    """Receiver.wait between polls: woken by what the sender pushes (ucx), a sleep elsewhere."""
+
+    def ucx_config(self):
+        return f"""
+[sender]
+state_dir = "{self.dir}/sender"
+receivers = ["r0"]
+ack_timeout_s = 30
+
+[receiver]
+id = "r0"
+state_dir = "{self.dir}/receiver"
+
+[transport]
+name = "ucx"
+
+[transport.ucx]
+rendezvous_file = "{self.dir}/sender.addr"
+spool_dir = "{self.dir}/spool"
+spool_fsync = false
+tls = "tcp"
+"""
+
+    def test_over_disk_a_wait_is_a_sleep(self):
+        receiver = refit.Receiver(self.config())
+        self.assertFalse(receiver.wait(0.01))
+
+    def test_over_ucx_what_the_sender_publishes_wakes_the_receiver(self):
+        try:
+            sender = refit.Sender(self.ucx_config())
+        except refit.ConfigError as e:
+            self.skipTest(f"no ucx transport here: {e}")
+        receiver = refit.Receiver(self.ucx_config())
+        weights = trainer_weights()
+        engine = {name: torch.zeros_like(t) for name, t in weights.items()}
+        receiver.attach(engine)
+        for _ in range(100):  # what arrived when the two met
+            if not receiver.wait(0.02):
+                break
+        for version in (1, 2, 3):
+            if version > 1:
+                step(weights, version)
+            sender.publish(weights)
+            applied = receiver.poll()
+            for _ in range(100):  # each wake is an arrival: a payload, the manifest, the commit
+                if applied is not None:
+                    break
+                # 60 s: a receiver that is not woken returns False long before anything else ends
+                self.assertTrue(receiver.wait(60.0), f"version {version}: no wake")
+                applied = receiver.poll()
+            self.assertIsNotNone(applied, f"version {version}")
+            self.assertEqual(applied.version, version)
+            for name, tensor in engine.items():
+                self.assertTrue(same_bits(tensor, weights[name]), name)
+            sender.wait(30.0)
+
+
+
 if __name__ == "__main__":
     unittest.main()

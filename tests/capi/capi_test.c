@@ -208,6 +208,12 @@ static void sync_once(refit_sender_t* sender, refit_receiver_t* receiver, model_
   got = 1;
   MUST(refit_receiver_poll(receiver, &got, NULL));
   CHECK(got == 0, "a second poll applied a version that was never published");
+  /* The disk transport cannot wake a receiver: a wait is a sleep, and says it timed out. */
+  int32_t woke = 7;
+  MUST(refit_receiver_wait(receiver, 1, &woke));
+  CHECK(woke == 0, "a wait over disk said it was woken (%d)", (int)woke);
+  refit_status_t st = refit_receiver_wait(receiver, 1, NULL);
+  CHECK(st == REFIT_ERR_INVALID, "a wait without woke_p gave %s", refit_status_name(st));
 }
 
 /* Memory of the wrong shape is refused with the tensor's name: when attached, or (the receiver
@@ -287,6 +293,9 @@ static void test_errors(void) {
 
   st = refit_sender_wait(NULL, 1.0);
   CHECK(st == REFIT_ERR_INVALID, "NULL sender gave %s", refit_status_name(st));
+  int32_t woke = 0;
+  st = refit_receiver_wait(NULL, 1, &woke);
+  CHECK(st == REFIT_ERR_INVALID, "NULL receiver gave %s", refit_status_name(st));
   CHECK(strcmp(refit_status_name(REFIT_ERR_NOT_FOUND), "not found") == 0, "status name %s",
         refit_status_name(REFIT_ERR_NOT_FOUND));
 }

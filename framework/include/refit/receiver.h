@@ -67,7 +67,8 @@ class REFIT_API Receiver {
   Result<std::optional<ApplyStats>> PollOnce();
   // Between two PollOnce calls: returns once something may have arrived from the sender (a
   // transport that can wake a receiver, such as ucx: at once when the commit lands) or after
-  // timeout_ms (any other transport: a plain sleep). True when woken by an arrival.
+  // timeout_ms (any other transport: a plain sleep). True when woken by an arrival. Safe beside a
+  // PollOnce on another thread (it only waits on the transport).
   Result<bool> WaitForArrival(uint32_t timeout_ms);
 
   // Binds the receiver's model to caller-owned memory (an inference engine's own parameters):

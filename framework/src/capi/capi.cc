@@ -318,6 +318,17 @@ refit_status_t refit_receiver_poll(refit_receiver_t* receiver, int32_t* applied_
   });
 }
 
+refit_status_t refit_receiver_wait(refit_receiver_t* receiver, uint32_t timeout_ms,
+                                   int32_t* woke_p) {
+  if (receiver == nullptr) return refit::Report(Status::Invalid("receiver is NULL"), nullptr);
+  return Guard(&receiver->error, [&]() -> Status {
+    REFIT_RETURN_NOT_OK(refit::CheckOut(woke_p, "woke_p"));
+    REFIT_ASSIGN_OR_RAISE(bool woke, receiver->impl->WaitForArrival(timeout_ms));
+    *woke_p = woke ? 1 : 0;
+    return Status::OK();
+  });
+}
+
 refit_status_t refit_receiver_version(const refit_receiver_t* receiver, uint64_t* version_p) {
   if (receiver == nullptr) return refit::Report(Status::Invalid("receiver is NULL"), nullptr);
   return Guard(&receiver->error, [&]() -> Status {
