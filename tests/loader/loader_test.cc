@@ -883,6 +883,76 @@ TEST(Wrappers, DecodeChangesIsOfferedOnlyWhereTheVtableHasIt) {
   EXPECT_EQ(st.message(), "encoding 'overlister': decode_changes listed 5 changes into room for 4");
 }
 
+// A transport that waits (ABI 1.6): MemTransport, woken by nothing but its own puts.
+class WaitingMemTransport : public MemTransport {
+ public:
+  static Result<std::unique_ptr<WaitingMemTransport>> Create(const sdk::ConfigView&,
+                                                             refit_transport_role_t,
+                                                             const std::string&) {
+    return std::make_unique<WaitingMemTransport>();
+  }
+  Status Put(const std::string& key, const uint8_t* data, uint64_t len) {
+    ++puts_;
+    return MemTransport::Put(key, data, len);
+  }
+  Result<bool> Wait(uint32_t /*timeout_ms*/) {
+    const bool arrived = puts_ != waited_;
+    waited_ = puts_;
+    return arrived;
+  }
+
+ private:
+  uint64_t puts_ = 0;
+  uint64_t waited_ = 0;
+};
+
+int NeverCalledWait(void*, uint32_t, int*, refit_error_t*) { std::abort(); }
+
+// WaitingMemTransport's table cut to its ABI 1.5 size: `wait` lies past struct_size.
+const refit_transport_vtable_t* TransportVtableOfAbi15() {
+  static refit_transport_vtable_t vt = [] {
+    refit_transport_vtable_t v = *static_cast<const refit_transport_vtable_t*>(
+        sdk::MakeTransport<WaitingMemTransport>("x", "x").vtable);
+    v.struct_size = offsetof(refit_transport_vtable_t, wait);
+    v.wait = &NeverCalledWait;
+    return v;
+  }();
+  return &vt;
+}
+
+TEST(Wrappers, WaitIsCalledOnlyWhereTheVtableHasIt) {
+  static refit_component_t rows[3] = {
+      sdk::MakeTransport<MemTransport>("plain", "no Wait member"),
+      sdk::MakeTransport<WaitingMemTransport>("waiting", "wakes on its puts"),
+      sdk::MakeTransport<WaitingMemTransport>("abi15", "a 1.5-sized vtable")};
+  rows[2].vtable = TransportVtableOfAbi15();
+  static const refit_plugin_t plugin = {
+      sizeof(refit_plugin_t), REFIT_ABI_MAJOR, REFIT_ABI_MINOR, "waiting", "0", rows, 3};
+  Registry registry;
+  ASSERT_OK(registry.RegisterPlugin(&plugin, nullptr, "waiting"));
+  const uint8_t byte = 1;
+  for (const char* name : {"plain", "abi15"}) {
+    Result<std::unique_ptr<Transport>> t = registry.CreateTransport(name, REFIT_ROLE_RECEIVER, "");
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_FALSE((*t)->can_wait()) << name;
+    ASSERT_OK((*t)->Put("k", &byte, 1));
+    Result<bool> woke = (*t)->Wait(1);  // a sleep
+    ASSERT_TRUE(woke.ok()) << woke.status().ToString();
+    EXPECT_FALSE(*woke) << name;
+  }
+  Result<std::unique_ptr<Transport>> t =
+      registry.CreateTransport("waiting", REFIT_ROLE_RECEIVER, "");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->can_wait());
+  ASSERT_OK((*t)->Put("k", &byte, 1));
+  Result<bool> woke = (*t)->Wait(60000);
+  ASSERT_TRUE(woke.ok());
+  EXPECT_TRUE(*woke);
+  woke = (*t)->Wait(1);
+  ASSERT_TRUE(woke.ok());
+  EXPECT_FALSE(*woke);
+}
+
 TEST(Wrappers, RegisterPluginIsAllOrNothing) {
   refit_component_t rows[2] = {kInTestRows[0], kInTestRows[1]};
   rows[1].name = "bad.name";
