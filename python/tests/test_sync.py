@@ -226,6 +226,5 @@ tls = "tcp"
             sender.wait(30.0)
 
 
-
 if __name__ == "__main__":
     unittest.main()
