@@ -42,6 +42,22 @@ void FreeHugeBuffer(void* p, size_t bytes) noexcept {
   if (p != nullptr) ::munmap(p, RoundUpToHugePage(bytes));
 }
 
+void* MapGrowableBuffer(size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void* GrowMappedBuffer(void* p, size_t old_bytes, size_t new_bytes) {
+  void* grown = ::mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE);
+  if (grown == MAP_FAILED) throw std::bad_alloc();
+  return grown;
+}
+
+void UnmapGrowableBuffer(void* p, size_t bytes) noexcept {
+  if (p != nullptr) ::munmap(p, bytes);
+}
+
 namespace {
 
 // Kept buffers and the mapped size of every reused buffer in use (a kept buffer larger than a

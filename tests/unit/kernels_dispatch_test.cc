@@ -1,5 +1,6 @@
 // Every SIMD level this CPU has, against the scalar reference and a byte-compare definition.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -304,6 +305,31 @@ TEST(KernelDispatch, ReusedVectorsKeepTheirBuffersForTheNextOfAboutTheirSize) {
   const size_t kept = ReusedBufferCacheBytes();
   { ReusedVector<uint8_t> huge(kReusedBufferCacheBytes + kHugeBufferBytes); }
   EXPECT_EQ(ReusedBufferCacheBytes(), kept) << "a buffer larger than the cache was kept";
+}
+
+long MinorFaultsSoFar() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// A growable buffer keeps what was written when it grows, page aligned, and its written pages are
+// moved rather than copied: growing 16 MiB of content faults in (next to) none of it again, where
+// a copy into fresh memory would fault in 4096 pages.
+TEST(KernelDispatch, GrowableBufferKeepsItsContentWithoutCopyingIt) {
+  constexpr size_t kWritten = size_t{16} << 20;
+  auto* p = static_cast<uint64_t*>(MapGrowableBuffer(kWritten));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+  for (size_t i = 0; i < kWritten / 8; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
+  const long faults_before = MinorFaultsSoFar();
+  p = static_cast<uint64_t*>(GrowMappedBuffer(p, kWritten, 4 * kWritten));
+  const long faults_during_growth = MinorFaultsSoFar() - faults_before;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+  EXPECT_LT(faults_during_growth, 64) << "the grown buffer's content was copied";
+  for (size_t i = 0; i < kWritten / 8; ++i) ASSERT_EQ(p[i], i * 0x9E3779B97F4A7C15ull) << i;
+  p[4 * kWritten / 8 - 1] = 7;  // the grown part is usable to its last byte
+  EXPECT_EQ(p[4 * kWritten / 8 - 1], 7u);
+  UnmapGrowableBuffer(p, 4 * kWritten);
 }
 
 // Capacity reserved for a std::vector is advised for huge pages where whole 2 MiB pages lie.

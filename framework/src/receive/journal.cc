@@ -14,6 +14,7 @@
 
 #include "common/file_util.h"
 #include "faults/faults.h"
+#include "refit/kernels/buffer.h"
 #include "refit/kernels/coding.h"
 #include "refit/kernels/diff.h"
 
@@ -412,16 +413,19 @@ constexpr uint64_t kDirectBlock = 4096;
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-void RedoLog::FreeBuffer::operator()(uint8_t* p) const { std::free(p); }
+void UnmapLogBuffer::operator()(uint8_t* p) const { kernels::UnmapGrowableBuffer(p, bytes); }
 
 void RedoLog::Reserve(uint64_t bytes) {
   const uint64_t need = RoundUp(bytes, kDirectBlock);  // room for the padding too
   if (need <= buffer_capacity_) return;
   const uint64_t capacity = std::max({need, 2 * buffer_capacity_, uint64_t{1} << 20});
-  auto* grown = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlock, capacity));
-  if (grown == nullptr) throw std::bad_alloc();
-  if (buffer_size_ > 0) std::memcpy(grown, buffer_.get(), buffer_size_);
-  buffer_.reset(grown);
+  // Page aligned, as O_DIRECT needs (kDirectBlock divides the page size).
+  void* grown = buffer_ == nullptr
+                    ? kernels::MapGrowableBuffer(capacity)
+                    : kernels::GrowMappedBuffer(buffer_.get(), buffer_capacity_, capacity);
+  (void)buffer_.release();  // moved by the kernel, not to be unmapped at its old address
+  buffer_ = std::unique_ptr<uint8_t, UnmapLogBuffer>(static_cast<uint8_t*>(grown),
+                                                     UnmapLogBuffer{capacity});
   buffer_capacity_ = capacity;
 }
 

@@ -31,6 +31,12 @@
 
 namespace refit::internal {
 
+// Unmaps a RedoLog's staging buffer (kernels::MapGrowableBuffer) of `bytes`.
+struct UnmapLogBuffer {
+  uint64_t bytes = 0;
+  void operator()(uint8_t* p) const;
+};
+
 class RedoLog {
  public:
   // Opens (creating) the log at `path`. `clean_bytes`: its size when the owner last committed
@@ -132,10 +138,9 @@ class RedoLog {
   std::set<std::string> ids_;
   // buffer_: a copy of the file's bytes from the block boundary at or below size_ (tail_bytes_
   // of them), then the staged entries; an O_DIRECT write starts on that boundary.
-  struct FreeBuffer {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, FreeBuffer> buffer_;
+  // Grown by moving its pages (kernels::GrowMappedBuffer): a version's entries are staged at an
+  // unknown pace, and copying them on every doubling faulted in twice their size.
+  std::unique_ptr<uint8_t, UnmapLogBuffer> buffer_;
   uint64_t buffer_capacity_ = 0;
   uint64_t buffer_size_ = 0;
   uint64_t tail_bytes_ = 0;

@@ -39,6 +39,16 @@ void AdviseHugePages(void* p, size_t bytes) noexcept;
 // kernel refuses (the pages then fault when first written, as before).
 bool PopulateForWrite(void* p, size_t bytes) noexcept;
 
+// Anonymous memory mapped on its own (page aligned, uninitialized) that grows without copying:
+// GrowMappedBuffer moves its pages to a larger mapping (mremap) instead of copying them into
+// fresh ones, so a buffer appended to at an unknown pace (a redo log's staged entries) faults in
+// each page once, where doubling a heap buffer writes its whole content again into fresh pages on
+// every growth. Both throw std::bad_alloc when out of memory.
+void* MapGrowableBuffer(size_t bytes);
+// Keeps the first `old_bytes` of p's content; p is no longer valid (the result may differ).
+void* GrowMappedBuffer(void* p, size_t old_bytes, size_t new_bytes);
+void UnmapGrowableBuffer(void* p, size_t bytes) noexcept;
+
 // Buffers that come and go at a steady pace (a transport's message bodies: a bucket each) are
 // kept for reuse when freed, up to kReusedBufferCacheBytes in the process: the kernel zeroes
 // every fresh page on its first touch, and on a full sync that zeroing cost more than the
