@@ -187,13 +187,18 @@ void WatchSignals(SyncService& service, httplib::Server& server, const std::atom
   }
 }
 
-// serve.poll_interval_ms > 0: polls in the background, through the same one-sync-at-a-time path.
+// serve.poll_interval_ms > 0: polls in the background, through the same one-sync-at-a-time path,
+// every interval and whenever the transport wakes the loop (ucx: as the commit lands).
 void PollLoop(SyncService& service, int64_t interval_ms, const std::atomic<bool>& done) {
   using namespace std::chrono;
   auto next = steady_clock::now() + milliseconds(interval_ms);
   while (!done) {
-    std::this_thread::sleep_for(milliseconds(std::min<int64_t>(interval_ms, 50)));
-    if (steady_clock::now() < next) continue;
+    const auto now = steady_clock::now();
+    // At most 50 ms at a time, so that a shutdown is noticed soon.
+    const int64_t wait_ms =
+        std::clamp<int64_t>(duration_cast<milliseconds>(next - now).count(), 0, 50);
+    const bool woke = wait_ms > 0 && service.WaitForArrival(static_cast<uint32_t>(wait_ms));
+    if (!woke && steady_clock::now() < next) continue;
     service.PollPending();
     next = steady_clock::now() + milliseconds(interval_ms);
   }

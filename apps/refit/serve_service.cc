@@ -119,6 +119,11 @@ void SyncService::PollPending() {
   ApplyUntil(std::numeric_limits<uint64_t>::max());
 }
 
+bool SyncService::WaitForArrival(uint32_t timeout_ms) {
+  Result<bool> woke = receiver_->WaitForArrival(timeout_ms);
+  return woke.ok() && *woke;
+}
+
 // Under apply_mu_. Every poll that succeeds raises the version, so the loop ends once the
 // committed versions run out; the timeout bounds a long run of them.
 SyncService::Run SyncService::ApplyUntil(uint64_t target) {

@@ -34,6 +34,10 @@ class SyncService {
   ServiceReply HandleSync(const std::string& body);
   // The poll loop: applies every committed version (errors are recorded, printed once).
   void PollPending();
+  // Between two PollPending calls: true once something may have arrived from the sender (ucx
+  // wakes it when the commit lands), false after timeout_ms (any other transport: a sleep). Not
+  // under the sync lock: a push is served while the poll loop waits.
+  bool WaitForArrival(uint32_t timeout_ms);
 
   nlohmann::json StatusJson() const;  // GET /v1/status
   std::string MetricsText() const;    // GET /metrics
@@ -55,7 +59,7 @@ class SyncService {
   void SetSyncTarget(std::optional<uint64_t> target);
   uint64_t ModelElements() const;
 
-  std::unique_ptr<Receiver> receiver_;  // only under apply_mu_
+  std::unique_ptr<Receiver> receiver_;  // under apply_mu_, but for WaitForArrival
   std::mutex apply_mu_;                 // one sync at a time
   std::atomic<bool> stopping_{false};
   double sync_timeout_s_ = 600;

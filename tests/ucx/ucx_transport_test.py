@@ -210,6 +210,26 @@ class WakeUps(UcxCase):
         self.assertEqual(code, 0, err)
 
 
+class ServeWakeUps(UcxCase):
+    def test_a_commit_wakes_the_poll_loop_of_refit_serve(self):
+        # `refit serve` polls only every 2 minutes and nothing pushes a sync to it: each version
+        # is applied (and acknowledged within the sender's 30 s ack timeout) only because the
+        # commit's arrival wakes its poll loop.
+        self.receiver_poll_ms = 120000
+        vs = versions(3)
+        config = self.config(1, "r0", name="serve")
+        with open(config, "a") as f:
+            f.write("\n[serve]\npoll_interval_ms = 120000\n")
+        served = self.start("serve", "--config", config, "--listen", "127.0.0.1:0")
+        for v, tensors in enumerate(vs, start=1):
+            self.send(1, tensors, v)  # --wait: acknowledged by the serving receiver
+            self.wait_committed("r0", v)
+            self.assert_model_is("r0", tensors, f"after version {v}")
+        served[0].send_signal(signal.SIGTERM)
+        code, err = self.finish(served)
+        self.assertEqual(code, 0, err)
+
+
 class BadConfig(UcxCase):
     def test_bad_settings_are_one_error_line(self):
         cases = {'connect = "no-port-here"': "is not \"host:port\"",
