@@ -228,6 +228,9 @@ class ServeWakeUps(UcxCase):
         served[0].send_signal(signal.SIGTERM)
         code, err = self.finish(served)
         self.assertEqual(code, 0, err)
+        # Each `refit send` said it left, so its exit is no lost connection in the receiver's log.
+        self.assertEqual(err.count(" left\n"), len(vs), err)
+        self.assertNotIn("connection lost", err)
 
 
 class BadConfig(UcxCase):

@@ -229,6 +229,7 @@ UcxTransport::~UcxTransport() {
   if (worker_ != nullptr && sender() && !worker_->Flush(options_.send_timeout)) {
     sdk::Log(REFIT_LOG_WARN, kLog, "sender exits with pushes not completed");
   }
+  if (sender()) SayByeToReceivers();
   if (sender()) LogBytesOut();
   if (worker_ != nullptr) worker_->Stop();  // no handler call after this; then no worker
   worker_.reset();
@@ -631,9 +632,31 @@ void UcxTransport::OnBye(const Event& e) {
   LeaveTree(e.conn);
 }
 
+// Tells every receiver connected to this sender that it leaves on purpose (so they log no
+// failure), best effort: they reconnect to the next sender as they would anyway.
+void UcxTransport::SayByeToReceivers() {
+  std::vector<ConnId> receivers;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [conn, peer] : peers_) receivers.push_back(conn);
+  }
+  if (receivers.empty() || worker_ == nullptr) return;
+  MsgHeader h;
+  h.type = MsgType::kBye;
+  bool sent = false;
+  for (ConnId conn : receivers) sent = worker_->Send(conn, h, nullptr, nullptr).ok() || sent;
+  if (sent) worker_->Flush(std::chrono::milliseconds(500));
+}
+
+void UcxTransport::OnSenderBye(const Event& e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (conn_ && *conn_ == e.conn) sender_left_ = e.conn;
+}
+
 void UcxTransport::OnPeerDown(const Event& e) {
   std::string id;
   bool was_sender = false;
+  bool sender_said_bye = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = peers_.find(e.conn);
@@ -644,6 +667,8 @@ void UcxTransport::OnPeerDown(const Event& e) {
     if (conn_ && *conn_ == e.conn) {
       conn_.reset();
       was_sender = true;
+      sender_said_bye = sender_left_ == e.conn;
+      sender_left_.reset();
     }
     pace_.erase(e.conn);
     for (auto& [rid, p] : pending_) {
@@ -656,6 +681,8 @@ void UcxTransport::OnPeerDown(const Event& e) {
   cv_.notify_all();
   if (sender() && !id.empty()) {
     sdk::Log(REFIT_LOG_WARN, kLog, "receiver " + id + " dropped: " + e.why);
+  } else if (was_sender && sender_said_bye) {
+    sdk::Log(REFIT_LOG_INFO, kLog, "the sender " + address_ + " left");
   } else if (was_sender) {
     sdk::Log(REFIT_LOG_INFO, kLog, "disconnected from the sender " + address_ + ": " + e.why);
   }
@@ -678,6 +705,7 @@ void UcxTransport::OnEvent(Event event) {
     if (type == MsgType::kPush || type == MsgType::kDrop) return OnPush(std::move(event));
     if (type == MsgType::kReply) return OnReply(std::move(event));
     if (type == MsgType::kTree) return OnTree(event);
+    if (type == MsgType::kBye) return OnSenderBye(event);
   }
   worker_->Close(event.conn, "unexpected message type " + std::to_string(static_cast<int>(type)) +
                                  " for this role");

@@ -135,6 +135,7 @@ class UcxTransport : public EventHandler {
   uint64_t AwaitedTreeSeq(ConnId conn, const std::string& key);
   void OnPeerDown(const Event& e);
   void OnBye(const Event& e);
+  void SayByeToReceivers();
   Result<Bytes> ReadSpool(const std::string& key, uint64_t offset, uint64_t len);
 
   // Receiver.
@@ -142,6 +143,7 @@ class UcxTransport : public EventHandler {
   Status ConnectOnce();
   std::string Inventory();
   void SayBye();
+  void OnSenderBye(const Event& e);
   Status FlushOutbox(ConnId conn);
   Result<std::shared_ptr<Pending>> Request(std::optional<ConnId> conn, MsgType type,
                                            const std::string& key, uint64_t a, uint64_t b,
@@ -191,6 +193,7 @@ class UcxTransport : public EventHandler {
   uint64_t inbox_seq_ = 0;
   std::map<std::string, std::optional<Bytes>> outbox_;  // nullopt: a remove
   std::optional<ConnId> conn_;                          // the live connection to the sender
+  std::optional<ConnId> sender_left_;  // the connection whose sender said it leaves (kBye)
   bool synced_ = false;  // a sender replayed the inbox at least once (it then knows the spool)
   std::optional<ConnId> push_conn_;  // the connection whose pushes delivered_ counts
   uint64_t delivered_ = 0;

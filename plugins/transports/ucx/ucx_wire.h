@@ -25,7 +25,8 @@ enum class MsgType : uint8_t {
   kList,       // receiver -> sender (request): keys under prefix `key`
   kReply,      // answer to a request (id) or to kHello: a = StatusCode, b = value, key = message,
                // c = pushes posted to this connection before it
-  kBye,        // receiver -> sender: it is leaving (its connection closing is no failure)
+  kBye,        // receiver -> sender, or sender -> receiver: it is leaving (its connection
+               // closing is no failure)
   kTree,       // sender -> receiver (relay fan-out): data = "host:port\tplaced_at" of each of
                // its children, a = its own placed_at: tree pushes up to that seq may miss it
   kReport,     // relay -> sender: its child `key` ("host:port") stopped taking data (why = data)
