@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <thread>
 
 #include "commands.h"
 #include "format/safetensors.h"
@@ -121,7 +122,11 @@ void SyncService::PollPending() {
 
 bool SyncService::WaitForArrival(uint32_t timeout_ms) {
   Result<bool> woke = receiver_->WaitForArrival(timeout_ms);
-  return woke.ok() && *woke;
+  if (woke.ok()) return *woke;
+  // A transport whose wait fails is polled on the interval (the next poll reports what is
+  // wrong), never in a busy loop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  return false;
 }
 
 // Under apply_mu_. Every poll that succeeds raises the version, so the loop ends once the
