@@ -63,12 +63,19 @@ TEST(BenchE2eCli, TwoReceiversJsonReportAndBitExact) {
   EXPECT_EQ(delta["stages_alone"]["link_s"], 0.0) << "unlimited: no computed link time";
   EXPECT_TRUE(delta.contains("slowest_stage"));
   EXPECT_TRUE(delta.contains("ack_over_slowest_stage"));
+  // The overlap target, judged per delta from the row's own numbers.
+  const double target = 1.25 * delta["slowest_stage_s"].get<double>() + 0.05;
+  EXPECT_EQ(delta["within_overlap_target"].get<bool>(),
+            delta["time_to_last_ack_s"].get<double>() <= target);
   const json& summary = report["summary"];
   EXPECT_EQ(summary["bit_exact"], true);
   EXPECT_EQ(summary["receivers_checked"], 2);
   EXPECT_EQ(summary["full_sync_s"], full["time_to_last_ack_s"]);
   EXPECT_EQ(summary["delta_sync_s_median"], delta["time_to_last_ack_s"]);
   EXPECT_TRUE(summary.contains("full_over_delta"));
+  EXPECT_EQ(summary["deltas_with_stages_alone"], 1);
+  EXPECT_EQ(summary["deltas_within_overlap_target"],
+            delta["within_overlap_target"].get<bool>() ? 1 : 0);
   // Both receivers hold the model the bench compared.
   EXPECT_TRUE(std::filesystem::exists(dir / "work/r0/model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(dir / "work/r1/model.safetensors"));
