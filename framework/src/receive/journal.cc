@@ -417,16 +417,15 @@ void UnmapLogBuffer::operator()(uint8_t* p) const { kernels::UnmapGrowableBuffer
 
 void RedoLog::Reserve(uint64_t bytes) {
   const uint64_t need = RoundUp(bytes, kDirectBlock);  // room for the padding too
-  if (need <= buffer_capacity_) return;
-  const uint64_t capacity = std::max({need, 2 * buffer_capacity_, uint64_t{1} << 20});
+  const uint64_t held = buffer_.get_deleter().bytes;   // the mapping's size: its capacity
+  if (need <= held) return;
+  const uint64_t capacity = std::max({need, 2 * held, uint64_t{1} << 20});
   // Page aligned, as O_DIRECT needs (kDirectBlock divides the page size).
-  void* grown = buffer_ == nullptr
-                    ? kernels::MapGrowableBuffer(capacity)
-                    : kernels::GrowMappedBuffer(buffer_.get(), buffer_capacity_, capacity);
+  void* grown = buffer_ == nullptr ? kernels::MapGrowableBuffer(capacity)
+                                   : kernels::GrowMappedBuffer(buffer_.get(), held, capacity);
   (void)buffer_.release();  // moved by the kernel, not to be unmapped at its old address
   buffer_ = std::unique_ptr<uint8_t, UnmapLogBuffer>(static_cast<uint8_t*>(grown),
                                                      UnmapLogBuffer{capacity});
-  buffer_capacity_ = capacity;
 }
 
 uint8_t* RedoLog::Grow(uint64_t n) {

@@ -139,9 +139,9 @@ class RedoLog {
   // buffer_: a copy of the file's bytes from the block boundary at or below size_ (tail_bytes_
   // of them), then the staged entries; an O_DIRECT write starts on that boundary.
   // Grown by moving its pages (kernels::GrowMappedBuffer): a version's entries are staged at an
-  // unknown pace, and copying them on every doubling faulted in twice their size.
+  // unknown pace, and copying them on every doubling faulted in twice their size. Its deleter
+  // holds the mapping's size, which is the buffer's capacity.
   std::unique_ptr<uint8_t, UnmapLogBuffer> buffer_;
-  uint64_t buffer_capacity_ = 0;
   uint64_t buffer_size_ = 0;
   uint64_t tail_bytes_ = 0;
   int direct_fd_ = -1;     // the O_DIRECT writer, or -1

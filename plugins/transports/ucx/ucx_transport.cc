@@ -640,11 +640,16 @@ void UcxTransport::SayByeToReceivers() {
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& [conn, peer] : peers_) receivers.push_back(conn);
   }
-  if (receivers.empty() || worker_ == nullptr) return;
+  SendBye(receivers);
+}
+
+// kBye on each of `conns`, flushed for at most 500 ms (the peer may be gone already).
+void UcxTransport::SendBye(const std::vector<ConnId>& conns) {
+  if (conns.empty() || worker_ == nullptr) return;
   MsgHeader h;
   h.type = MsgType::kBye;
   bool sent = false;
-  for (ConnId conn : receivers) sent = worker_->Send(conn, h, nullptr, nullptr).ok() || sent;
+  for (ConnId conn : conns) sent = worker_->Send(conn, h, nullptr, nullptr).ok() || sent;
   if (sent) worker_->Flush(std::chrono::milliseconds(500));
 }
 
@@ -807,10 +812,7 @@ void UcxTransport::SayBye() {
   }
   if (!conn || worker_ == nullptr) return;
   sdk::Log(REFIT_LOG_DEBUG, kLog, "lanes to the sender: " + worker_->Lanes(*conn));
-  MsgHeader h;
-  h.type = MsgType::kBye;
-  if (worker_->Send(*conn, h, nullptr, nullptr).ok())
-    worker_->Flush(std::chrono::milliseconds(500));
+  SendBye({*conn});
 }
 
 std::string UcxTransport::Inventory() {

@@ -136,6 +136,7 @@ class UcxTransport : public EventHandler {
   void OnPeerDown(const Event& e);
   void OnBye(const Event& e);
   void SayByeToReceivers();
+  void SendBye(const std::vector<ConnId>& conns);
   Result<Bytes> ReadSpool(const std::string& key, uint64_t offset, uint64_t len);
 
   // Receiver.
