@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -238,6 +239,78 @@ TEST_F(MappedFileRegistryTest, AFileIsWarmOnceItsMappingIsPopulatedForReading) {
   std::unique_ptr<MappedFile> small = PatternFile(dir_, 4096);
   EXPECT_TRUE(small->PopulateForReading().ok());
   EXPECT_FALSE(FindMappedFile(small->data(), 1, &range));
+}
+
+// Sets REFIT_FILE_READS for a scope (unset: nullptr), restoring what was there.
+class ScopedFileReads {
+ public:
+  explicit ScopedFileReads(const char* value) {
+    const char* old = std::getenv("REFIT_FILE_READS");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value != nullptr) {
+      ::setenv("REFIT_FILE_READS", value, 1);
+    } else {
+      ::unsetenv("REFIT_FILE_READS");
+    }
+  }
+  ~ScopedFileReads() {
+    if (had_) {
+      ::setenv("REFIT_FILE_READS", old_.c_str(), 1);
+    } else {
+      ::unsetenv("REFIT_FILE_READS");
+    }
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+// REFIT_FILE_READS decides how a registered file is read; unset, a probe of the file decides
+// (read in place when its fault costs less than pread's copy) and reports both costs. A file too
+// small to probe stays read with pread, and a bad value is refused without marking anything.
+TEST_F(MappedFileRegistryTest, ReadInPlaceIfCheaperFollowsTheProbeOrTheEnvironment) {
+  struct Case {
+    const char* env;
+    uint64_t bytes;
+  };
+  for (const Case& c :
+       {Case{"pread", 20ull << 20}, Case{"mapping", 3 * 4096 + 10}, Case{"sometimes", 20ull << 20},
+        Case{nullptr, 20ull << 20}, Case{"auto", 20ull << 20}, Case{nullptr, 3 * 4096 + 10}}) {
+    SCOPED_TRACE(std::string(c.env != nullptr ? c.env : "(unset)") + ", " +
+                 std::to_string(c.bytes) + " bytes");
+    ScopedFileReads env(c.env);
+    std::unique_ptr<MappedFile> file = PatternFile(dir_, c.bytes);
+    ASSERT_NE(file, nullptr);
+    bool in_place = true;
+    MappedFile::ReadCosts costs{-1, -1};
+    Status st = file->ReadInPlaceIfCheaper(&in_place, &costs);
+    FileRange range;
+    ASSERT_TRUE(FindMappedFile(file->data() + c.bytes / 2, 4096, &range));
+    const std::string mode = c.env != nullptr ? c.env : "auto";
+    if (mode == "sometimes") {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+      EXPECT_FALSE(in_place);
+      EXPECT_FALSE(range.warm);
+      continue;
+    }
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(range.warm, in_place);
+    if (mode == "auto" && c.bytes >= (16ull << 20)) {
+      EXPECT_GT(costs.fault_s_per_gb, 0);
+      EXPECT_GT(costs.pread_s_per_gb, 0);
+      EXPECT_EQ(in_place, costs.fault_s_per_gb < costs.pread_s_per_gb);
+      // The probe only reads: the file's bytes are as written.
+      for (uint64_t i = 0; i < c.bytes; i += 4093) {
+        ASSERT_EQ(file->data()[i], static_cast<uint8_t>(i % 251)) << "byte " << i;
+      }
+    } else {
+      EXPECT_EQ(costs.fault_s_per_gb, 0);
+      EXPECT_EQ(costs.pread_s_per_gb, 0);
+      EXPECT_EQ(in_place, mode == "mapping");
+    }
+  }
 }
 
 // Element overwrites through the file land exactly where stores into memory would, for

@@ -11,11 +11,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
+
+#include "common/stopwatch.h"
 
 namespace refit::internal {
 namespace {
@@ -469,9 +473,57 @@ Status MappedFile::PopulateForReading() {
     if (errno == EINVAL) return Status::OK();  // an older kernel: pread stays
     return Status::IoError(path_ + ": cannot map its pages for reading: " + std::strerror(errno));
   }
+  MarkReadInPlace();
+  return Status::OK();
+}
+
+void MappedFile::MarkReadInPlace() {
   std::unique_lock<std::shared_mutex> lock(g_mapped_mu);
   auto it = MappedFiles().find(reinterpret_cast<uintptr_t>(data_));
   if (it != MappedFiles().end()) it->second.warm = true;
+}
+
+Status MappedFile::ReadInPlaceIfCheaper(bool* in_place, ReadCosts* costs) {
+  *in_place = false;
+  if (costs != nullptr) *costs = ReadCosts();
+  const char* forced = std::getenv("REFIT_FILE_READS");
+  const std::string mode = forced != nullptr ? forced : "auto";
+  if (mode != "auto" && mode != "pread" && mode != "mapping") {
+    return Status::Invalid("REFIT_FILE_READS must be auto, pread or mapping, got '" + mode + "'");
+  }
+  // A file smaller than four probes gives no probe worth timing: it stays as it is.
+  constexpr uint64_t kProbeBytes = 4 << 20;
+  constexpr uint64_t kPage = 4096;
+  if (fd_ < 0) {  // not registered: nothing copies it out
+    *in_place = true;
+    return Status::OK();
+  }
+  if (mode == "pread") return Status::OK();
+  if (mode == "auto") {
+    if (size_ < 4 * kProbeBytes) return Status::OK();
+    // Two parts of the file, so that the copy leaves nothing of the faulted part in the CPU's
+    // caches. (A part not in the page cache is read from disk by the untimed copy but within the
+    // timed faults: a file cold on disk keeps pread.)
+    const uint64_t copied_at = size_ / 4 / kPage * kPage;
+    const uint64_t faulted_at = size_ / 2 / kPage * kPage;
+    std::unique_ptr<uint8_t[]> buffer(new uint8_t[kProbeBytes]);
+    // The first copy faults the buffer in (it is timed the second time).
+    REFIT_RETURN_NOT_OK(ReadAllAt(fd_, buffer.get(), kProbeBytes, copied_at, path_));
+    Stopwatch copy;
+    REFIT_RETURN_NOT_OK(ReadAllAt(fd_, buffer.get(), kProbeBytes, copied_at, path_));
+    const double copy_s = copy.Seconds();
+    Stopwatch fault;
+    uint64_t sum = 0;
+    const volatile uint8_t* pages = data_ + faulted_at;
+    for (uint64_t at = 0; at < kProbeBytes; at += kPage) sum += pages[at];
+    const double fault_s = fault.Seconds();
+    (void)sum;
+    const double per_gb = 1e9 / static_cast<double>(kProbeBytes);
+    if (costs != nullptr) *costs = {fault_s * per_gb, copy_s * per_gb};
+    if (fault_s >= copy_s) return Status::OK();
+  }
+  MarkReadInPlace();
+  *in_place = true;
   return Status::OK();
 }
 

@@ -121,10 +121,11 @@ Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);
 // Reads and writes of a MappedFile's bytes through its file, not its mapping. Touching a page of
 // a file mapping costs a fault the first time a process does it (and a write fault again after
 // writeback cleans it); a copy from the page cache into a buffer the process reuses costs none.
-// Measured on the 2-core VM (docs/benchmarks.md, "Reading and writing through the file"):
+// Measured on one 2-core VM (docs/benchmarks.md, "Reading and writing through the file"):
 // reading 1 GB through a fresh mapping 0.5 s, writing it 1.5 s, pread 0.12 s, pread + pwrite
-// 0.15-0.17 s. A receiver or sender process that applies one version and exits touches every
-// page of the model once.
+// 0.15-0.17 s; on another, reading through the mapping took 0.03 s, so a receiver probes its
+// model file (MappedFile::ReadInPlaceIfCheaper). A receiver or sender process that applies one
+// version and exits touches every page of the model once.
 //
 // The file and offset behind [begin, begin + bytes) when the range lies inside one live
 // MappedFile's mapping; false for any other memory (attached tensors, heap buffers).
@@ -133,8 +134,9 @@ struct FileRange {
   uint64_t offset = 0;     // of begin in the file
   uint64_t file_size = 0;  // the mapped size
   bool writable = false;
-  // The process populated the mapping for reading (MappedFile::PopulateForReading): its pages are
-  // read where they are, with no fault and no copy.
+  // Read in place: the process populated the mapping for reading (MappedFile::PopulateForReading),
+  // so its pages are read where they are, with no fault and no copy, or it found a fault of the
+  // mapping cheaper than a copy through the kernel (MappedFile::ReadInPlaceIfCheaper).
   bool warm = false;
   const std::string* path = nullptr;  // valid while the MappedFile lives
 };
@@ -189,7 +191,22 @@ class MappedFile {
   // leaves the file as it was. Only the first call does anything.
   Status PopulateForReading();
 
+  // How this machine reads the file: the seconds per GB of faulting in a fresh part of the
+  // mapping (one touch per 4 KiB page) and of copying a part out with pread, each timed once
+  // on 4 MiB of the file (zeros for a file too small or not registered).
+  struct ReadCosts {
+    double fault_s_per_gb = 0;
+    double pread_s_per_gb = 0;
+  };
+  // Marks the file read in place (FindMappedFile: warm) when a fault of its mapping costs less
+  // than a copy with pread, so that a process that reads it once stops copying it: the ratio
+  // depends on the machine (0.02 against 0.12 s/GB on one VM, 0.5-1.2 against 0.12 on another,
+  // where every page-table change traps to the hypervisor). REFIT_FILE_READS=pread or mapping
+  // decides instead of the probe. Sets *in_place; what was measured in *costs (may be null).
+  Status ReadInPlaceIfCheaper(bool* in_place, ReadCosts* costs = nullptr);
+
  private:
+  void MarkReadInPlace();
   MappedFile() = default;
   std::string path_;
   uint8_t* data_ = nullptr;

@@ -359,6 +359,16 @@ Status SafetensorsFile::PopulateForReading() {
   return mapping_ != nullptr ? mapping_->PopulateForReading() : Status::OK();
 }
 
+Status SafetensorsFile::ReadInPlaceIfCheaper(bool* in_place, double* fault_s_per_gb,
+                                             double* pread_s_per_gb) {
+  internal::MappedFile::ReadCosts costs;
+  *in_place = mapping_ == nullptr;
+  if (mapping_ != nullptr) REFIT_RETURN_NOT_OK(mapping_->ReadInPlaceIfCheaper(in_place, &costs));
+  *fault_s_per_gb = costs.fault_s_per_gb;
+  *pread_s_per_gb = costs.pread_s_per_gb;
+  return Status::OK();
+}
+
 // ------------------------------------------------------------------------------------ writing
 
 Result<SafetensorsLayout> PlanSafetensors(const std::vector<TensorView>& tensors,
