@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
+#include <string_view>
 
 #include "delta_test_util.h"
 #include "format/wire.h"
 #include "plugins/encoding_cache.h"
 #include "refit/delta.h"
+#include "refit/log.h"
 #include "refit/refit.h"
+#include "refit/sender.h"
 #include "send/auto_policy.h"
 #include "send/calibrate.h"
 #include "send/cost_model.h"
@@ -189,6 +193,59 @@ TEST(AutoLink, DefaultModeAndBandwidthFollowTheTransport) {
     EXPECT_EQ(policy.value()->mode, c.mode) << c.toml;
     EXPECT_EQ(policy.value()->link_bandwidth, c.bandwidth) << c.toml;
   }
+}
+
+// A sender in mode link measures its candidates when it is made, so that its first delta does
+// not wait for the measurement (~40 ms); the other modes measure nothing. A bad [encoding.auto]
+// key therefore fails Sender::Make, not the first publish.
+TEST(AutoLink, ASenderInLinkModeMeasuresItsEncodingsWhenMade) {
+  testing::ScopedTempDir dir("auto_link_sender");
+  const std::string root = dir.path().string();
+  std::vector<std::string> lines;
+  std::mutex mu;
+  SetLogLevel(LogLevel::kDebug);
+  SetLogSink([&](LogLevel, std::string_view component, std::string_view message) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(std::string(component) + ": " + std::string(message));
+  });
+  struct Case {
+    const char* mode_keys;
+    bool measures;
+    const char* error;  // nullptr: made
+  };
+  for (const Case& c :
+       {Case{"mode = \"link\"\n", true, nullptr}, Case{"mode = \"smallest\"\n", false, nullptr},
+        Case{"mode = \"smallest\"\nlink_bandwidth = \"1GB\"\n", false, "link_bandwidth"}}) {
+    SCOPED_TRACE(c.mode_keys);
+    lines.clear();
+    auto config = Config::FromString("[sender]\nstate_dir = \"" + root +
+                                         "/s\"\n[transport]\nname = \"disk\"\n"
+                                         "[transport.disk]\ndir = \"" +
+                                         root +
+                                         "/sync\"\n[encoding.auto]\n"
+                                         "candidates = [\"indices\", \"deltas\"]\n" +
+                                         c.mode_keys,
+                                     "t.toml");
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    auto sender = Sender::Make(config.value(), 0, 1, TestRegistry());
+    size_t measured = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const std::string& line : lines) {
+        measured += line.find("bf16 costs of 2 encodings measured in") != std::string::npos;
+      }
+    }
+    if (c.error != nullptr) {
+      ASSERT_FALSE(sender.ok());
+      EXPECT_NE(sender.status().message().find(c.error), std::string::npos)
+          << sender.status().message();
+      continue;
+    }
+    ASSERT_TRUE(sender.ok()) << sender.status().message();
+    EXPECT_EQ(measured, c.measures ? 1u : 0u);
+  }
+  SetLogSink(nullptr);
+  SetLogLevel(LogLevel::kInfo);
 }
 
 TEST(AutoLink, BadKeysAreOneLineErrorsNamingTheKey) {

@@ -642,6 +642,23 @@ struct Sender::Impl {
     return SaveState();
   }
 
+  // `auto` mode link measures its candidates on this machine once per process (calibrate.h):
+  // here, so that a long-lived sender pays for it when it starts, not in its first delta's
+  // publish (tens of milliseconds, each of its receivers waiting). Other dtypes are measured
+  // when their first record comes (DeltaWriter::Prepare measures bf16 for one-shot writers).
+  Status CalibrateLinkMode() {
+    if (encoding != internal::kAutoEncoding) return Status::OK();
+    REFIT_ASSIGN_OR_RAISE(const internal::AutoPolicy* policy, encodings->Auto());
+    if (policy->mode != internal::AutoMode::kLink) return Status::OK();
+    Stopwatch clock;
+    REFIT_RETURN_NOT_OK(policy->Costs(DType::kBF16).status());
+    Log(LogLevel::kDebug, "sender",
+        "auto mode link: bf16 costs of " + std::to_string(policy->candidates.size()) +
+            " encodings measured in " + std::to_string(static_cast<int>(clock.Seconds() * 1e3)) +
+            " ms");
+    return Status::OK();
+  }
+
   // A process that advanced its baseline twice publishes version after version (a trainer's
   // sender): the baseline's mapping is populated once, and each later diff reads it in place
   // rather than copying it out with pread (MappedFile::PopulateForReading, once per file).
@@ -1030,6 +1047,7 @@ Result<std::unique_ptr<Sender>> Sender::Make(const Config& config, int rank, int
   REFIT_ASSIGN_OR_RAISE(
       m.layout, m.registry->CreateLayout(layout, rank, world, &m.config, "layout." + layout));
   m.encodings = std::make_unique<internal::EncodingCache>(*m.registry, &m.config);
+  REFIT_RETURN_NOT_OK(m.CalibrateLinkMode());
   REFIT_RETURN_NOT_OK(MakeDirs(m.state_dir));
   REFIT_RETURN_NOT_OK(m.LoadState());
   REFIT_RETURN_NOT_OK(m.ContinueAfterStoredVersions());
