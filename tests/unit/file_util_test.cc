@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.h"
 #include "temp_dir_util.h"
 
 namespace refit::internal {
@@ -241,32 +241,6 @@ TEST_F(MappedFileRegistryTest, AFileIsWarmOnceItsMappingIsPopulatedForReading) {
   EXPECT_FALSE(FindMappedFile(small->data(), 1, &range));
 }
 
-// Sets REFIT_FILE_READS for a scope (unset: nullptr), restoring what was there.
-class ScopedFileReads {
- public:
-  explicit ScopedFileReads(const char* value) {
-    const char* old = std::getenv("REFIT_FILE_READS");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      ::setenv("REFIT_FILE_READS", value, 1);
-    } else {
-      ::unsetenv("REFIT_FILE_READS");
-    }
-  }
-  ~ScopedFileReads() {
-    if (had_) {
-      ::setenv("REFIT_FILE_READS", old_.c_str(), 1);
-    } else {
-      ::unsetenv("REFIT_FILE_READS");
-    }
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
-
 // REFIT_FILE_READS decides how a registered file is read; unset, a probe of the file decides
 // (read in place when its fault costs less than pread's copy) and reports both costs. A file too
 // small to probe stays read with pread, and a bad value is refused without marking anything.
@@ -280,7 +254,7 @@ TEST_F(MappedFileRegistryTest, ReadInPlaceIfCheaperFollowsTheProbeOrTheEnvironme
         Case{nullptr, 20ull << 20}, Case{"auto", 20ull << 20}, Case{nullptr, 3 * 4096 + 10}}) {
     SCOPED_TRACE(std::string(c.env != nullptr ? c.env : "(unset)") + ", " +
                  std::to_string(c.bytes) + " bytes");
-    ScopedFileReads env(c.env);
+    refit::testing::ScopedEnv env("REFIT_FILE_READS", c.env);
     std::unique_ptr<MappedFile> file = PatternFile(dir_, c.bytes);
     ASSERT_NE(file, nullptr);
     bool in_place = true;

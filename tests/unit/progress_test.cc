@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.h"
 #include "temp_dir_util.h"
 
 namespace refit::internal {
@@ -118,9 +119,7 @@ TEST_F(ProgressMeterTest, EraseBlanksTheLineForOtherOutput) {
 
 // REFIT_PROGRESS forces the meter on or off; otherwise it is on only when stderr is a terminal.
 TEST_F(ProgressMeterTest, WantedOnATerminalOrWhenForced) {
-  const char* old = std::getenv("REFIT_PROGRESS");
-  const std::string saved = old != nullptr ? old : "";
-  ::unsetenv("REFIT_PROGRESS");
+  refit::testing::ScopedEnv progress("REFIT_PROGRESS", nullptr);
   CaptureStderr(capture_, [] { EXPECT_FALSE(ProgressWanted()); });
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
   ASSERT_GE(master, 0);
@@ -131,7 +130,7 @@ TEST_F(ProgressMeterTest, WantedOnATerminalOrWhenForced) {
   const int saved_fd = ::dup(STDERR_FILENO);
   ::dup2(terminal, STDERR_FILENO);
   const bool on_terminal = ProgressWanted();
-  ::setenv("REFIT_PROGRESS", "0", 1);
+  progress.Set("0");
   const bool forced_off = ProgressWanted();
   ::dup2(saved_fd, STDERR_FILENO);
   ::close(saved_fd);
@@ -139,13 +138,8 @@ TEST_F(ProgressMeterTest, WantedOnATerminalOrWhenForced) {
   ::close(master);
   EXPECT_TRUE(on_terminal);
   EXPECT_FALSE(forced_off);
-  ::setenv("REFIT_PROGRESS", "1", 1);
+  progress.Set("1");
   CaptureStderr(capture_, [] { EXPECT_TRUE(ProgressWanted()); });
-  if (old != nullptr) {
-    ::setenv("REFIT_PROGRESS", saved.c_str(), 1);
-  } else {
-    ::unsetenv("REFIT_PROGRESS");
-  }
 }
 
 }  // namespace
