@@ -393,12 +393,29 @@ struct Bench {
   Config config;
   std::shared_ptr<Registry> registry;
   std::string transport;
-  uint64_t bandwidth = 0;
+  uint64_t bandwidth = 0;        // [transport] bandwidth: every put and get metered
+  uint64_t paced_bandwidth = 0;  // [transport.<name>] link_bandwidth: the plugin paces its pushes
   std::string encoding;
   std::unique_ptr<Sender> sender;
   Config probe_config;  // the stage probes' links (FreshLink)
   std::vector<BenchReceiver> receivers;
 };
+
+// The rate the link stage is computed at: the metered link's, else the plugin's own pacing (a
+// ucx push crosses each link of its tree once); 0: unlimited.
+uint64_t LinkStageBandwidth(const Bench& b) {
+  return b.bandwidth > 0 ? b.bandwidth : b.paced_bandwidth;
+}
+
+// The header's words for the link.
+std::string DescribeLink(const Bench& b) {
+  if (b.bandwidth > 0) return "at " + HumanBytes(b.bandwidth) + "/s per connection";
+  if (b.paced_bandwidth > 0) {
+    return "with pushes paced at " + HumanBytes(b.paced_bandwidth) + "/s per link ([transport." +
+           b.transport + "] link_bandwidth)";
+  }
+  return "with no bandwidth limit";
+}
 
 Result<SyncRow> PublishAndAwait(Bench& b, const std::vector<TensorView>& weights) {
   SyncRow row;
@@ -481,7 +498,9 @@ Result<StagesAlone> MeasureStagesAlone(const Bench& b, const Trajectory& t, cons
       std::vector<uint8_t> payload,
       EncodeDelta(t.previous(), t.current(), options, *b.registry, &b.config, &encoded));
   s.encode_s = encoded.seconds;
-  if (b.bandwidth > 0) s.link_s = static_cast<double>(row.stats.payload_bytes) / b.bandwidth;
+  if (const uint64_t link = LinkStageBandwidth(b); link > 0) {
+    s.link_s = static_cast<double>(row.stats.payload_bytes) / static_cast<double>(link);
+  }
   REFIT_RETURN_NOT_OK(MeasureLinkAlone(b, row.stats.payload_bytes, s));
   REFIT_ASSIGN_OR_RAISE(s.apply_s, MeasureApplyAlone(b, t, payload));
   for (const auto& [name, seconds] : {std::pair<const char*, double>{"encode", s.encode_s},
@@ -551,9 +570,7 @@ void PrintHeader(const Bench& b, const Trajectory& t, const std::string& dir) {
   std::printf(
       "bench e2e: %zu tensors, %s (%s); %d receiver%s over %s %s; encoding %s; work dir %s\n\n",
       w.size(), HumanBytes(t.model_bytes()).c_str(), t.Describe().c_str(), b.options.receivers,
-      b.options.receivers == 1 ? "" : "s", b.transport.c_str(),
-      b.bandwidth > 0 ? ("at " + HumanBytes(b.bandwidth) + "/s per connection").c_str()
-                      : "with no bandwidth limit",
+      b.options.receivers == 1 ? "" : "s", b.transport.c_str(), DescribeLink(b).c_str(),
       b.encoding.c_str(), dir.c_str());
   std::printf("%7s  %-5s  %8s  %10s  %10s  %9s  %8s  %8s  %8s  %7s  %7s  %7s  %7s  %-7s  %7s\n",
               "version", "kind", "density", "payload", "sender out", "to ack s", "model/s",
@@ -624,6 +641,8 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   REFIT_RETURN_NOT_OK(ValidateConfig(b.config, *b.registry));
   REFIT_ASSIGN_OR_RAISE(b.transport, b.config.GetString("transport.name", "disk"));
   REFIT_ASSIGN_OR_RAISE(b.bandwidth, b.config.GetSize("transport.bandwidth", 0));
+  REFIT_ASSIGN_OR_RAISE(b.paced_bandwidth,
+                        b.config.GetSize("transport." + b.transport + ".link_bandwidth", 0));
   REFIT_ASSIGN_OR_RAISE(b.encoding, b.config.GetString("sender.encoding", "auto"));
   REFIT_ASSIGN_OR_RAISE(b.sender, Sender::Make(b.config, 0, 1, b.registry));
   if (b.sender->published_version() != 0) {
@@ -713,6 +732,7 @@ Status RunBenchE2e(const BenchE2eOptions& o) {
                      {"source", t->Describe()}}},
                    {"transport", b.transport},
                    {"bandwidth_bytes_per_s", b.bandwidth},
+                   {"link_bandwidth_bytes_per_s", b.paced_bandwidth},
                    {"receivers", o.receivers},
                    {"receivers_in_memory", o.in_memory},
                    {"encoding", b.encoding},

@@ -283,6 +283,27 @@ class BenchE2e(UcxCase):
         self.assertGreaterEqual(pushed + replayed, 32 << 20, found)
 
 
+    def test_bench_e2e_link_stage_follows_the_plugins_pacing(self):
+        # [transport.ucx] link_bandwidth paces each push once per link (the metered
+        # [transport] bandwidth charges it at the put and again at the receiver's read): the bench
+        # computes its link stage from it and names it in its report.
+        path = os.path.join(self.dir, "paced.toml")
+        with open(path, "w") as f:
+            f.write(f'[transport.ucx]\nrendezvous_file = "{self.dir}/paced.addr"\n'
+                    f'spool_dir = "{self.dir}/paced-spool"\nspool_fsync = false\ntls = "{TLS}"\n'
+                    'link_bandwidth = "100MB"\n')
+        started = self.start("bench", "e2e", "--size", "8MiB", "--transport", "ucx", "--config",
+                             path, "--syncs", "2", "--json")
+        code, err = self.finish(started, bound_s=120)
+        self.assertEqual(code, 0, err)
+        report = json.loads(open(started[1] + ".out").read())
+        self.assertEqual(report["bandwidth_bytes_per_s"], 0)
+        self.assertEqual(report["link_bandwidth_bytes_per_s"], 100_000_000)
+        delta = report["syncs"][1]
+        self.assertAlmostEqual(delta["stages_alone"]["link_s"], delta["payload_bytes"] / 1e8)
+        self.assertTrue(report["summary"]["bit_exact"])
+
+
 class LinkAndFaults(UcxCase):
     def test_bandwidth_and_faults_wrap_the_ucx_transport(self):
         # The framework's layers above the plugin: a 100 MB/s link for every process, corrupted
