@@ -282,7 +282,6 @@ class BenchE2e(UcxCase):
         self.assertGreater(pushed, 0, found)
         self.assertGreaterEqual(pushed + replayed, 32 << 20, found)
 
-
     def test_bench_e2e_link_stage_follows_the_plugins_pacing(self):
         # [transport.ucx] link_bandwidth paces each push once per link (the metered
         # [transport] bandwidth charges it at the put and again at the receiver's read): the bench
