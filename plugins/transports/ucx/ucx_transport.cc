@@ -123,6 +123,10 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::Open(UcxOptions options,
   }
   std::unique_ptr<UcxTransport> t(new UcxTransport(std::move(options), role, peer_id));
   if (t->peer_id_.empty()) t->peer_id_ = "pid" + std::to_string(::getpid());
+  if (t->options_.link_bandwidth > 0) {
+    t->links_ = std::make_unique<LinkSchedule>(static_cast<double>(t->options_.link_bandwidth));
+    t->pacer_ = std::make_unique<DelayedRunner>();
+  }
   if (t->sender()) {
     REFIT_RETURN_NOT_OK(t->StartSender());
   } else {
@@ -213,6 +217,9 @@ UcxTransport::~UcxTransport() {
   }
   cv_.notify_all();
   if (connector_.joinable()) connector_.join();
+  // Paced pushes still on their emulated links (the last put, a relay's forwards) are posted
+  // before anyone is told this instance leaves.
+  if (pacer_ != nullptr) pacer_->Drain();
   if (!sender()) SayBye();
   if (relay_port_ != 0) {
     // A parent told to connect to us before the sender had our bye does so now: let that finish
@@ -232,6 +239,7 @@ UcxTransport::~UcxTransport() {
   if (sender()) SayByeToReceivers();
   if (sender()) LogBytesOut();
   if (worker_ != nullptr) worker_->Stop();  // no handler call after this; then no worker
+  pacer_.reset();  // drops a forward a handler queued after the drain: no worker to post it
   worker_.reset();
   if (sender() && !options_.rendezvous_file.empty()) {
     // Only ours: a newer sender may have taken the file over.
@@ -444,37 +452,30 @@ void UcxTransport::ReserveWindow(uint64_t bytes) {
   inflight_ += bytes;
 }
 
-// link_bandwidth: each connection is a link of that rate (a token bucket holding 10 ms of it, at
-// least 64 KiB); an object waits until it crossed the slowest of its links, which run in parallel
-// (one emulated link per receiver, not one NIC shared by all). Only pushes of puts and their
-// forwards are paced: replays and replies are sent by the dispatch thread, which a sleep would
-// keep from answering anyone (an artifact of the emulation, not of a link).
-void UcxTransport::PaceLinks(const std::vector<ConnId>& conns, uint64_t bytes) {
-  if (options_.link_bandwidth == 0 || bytes == 0) return;
-  const double rate = static_cast<double>(options_.link_bandwidth);
-  const double burst = std::max(rate / 100, 65536.0);
-  double wait_s = 0;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    for (ConnId conn : conns) {
-      auto [it, added] = pace_.try_emplace(conn, LinkPace{burst, now});
-      LinkPace& pace = it->second;
-      pace.tokens = std::min(
-          burst, pace.tokens + rate * std::chrono::duration<double>(now - pace.at).count());
-      pace.at = now;
-      pace.tokens -= static_cast<double>(bytes);
-      if (pace.tokens < 0) wait_s = std::max(wait_s, -pace.tokens / rate);
-    }
-  }
-  if (wait_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
-}
-
-// Posts one object (its bytes already in the window) to conns; they leave the window once every
-// send of it completed or failed. bytes_out counts what was posted.
+// link_bandwidth: pushes of puts and their forwards are posted once they crossed their emulated
+// links (ucx_pacer.h), on the pacer's thread: the pushing thread goes on. Replays and replies are
+// not paced: the dispatch thread sends them, and holding them back would only delay the answers
+// (an artifact of the emulation, not of a link).
 void UcxTransport::PostPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
                             uint64_t bytes, std::atomic<uint64_t>* bytes_out) {
-  if (bytes_out != &bytes_replayed_) PaceLinks(conns, bytes);
+  if (pacer_ == nullptr || bytes_out == &bytes_replayed_) {
+    SendPush(conns, header, std::move(data), bytes, bytes_out);
+    return;
+  }
+  PaceClock::time_point arrival;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    arrival = links_->Arrival(conns, bytes, PaceClock::now());
+  }
+  pacer_->Post(arrival, [this, conns, header, data = std::move(data), bytes, bytes_out]() mutable {
+    SendPush(conns, header, std::move(data), bytes, bytes_out);
+  });
+}
+
+// Sends one object (its bytes already in the window) to conns; they leave the window once every
+// send of it completed or failed. bytes_out counts what was posted.
+void UcxTransport::SendPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                            uint64_t bytes, std::atomic<uint64_t>* bytes_out) {
   auto group = std::make_shared<PushGroup>();
   group->transport = this;
   group->bytes = bytes;
@@ -675,7 +676,7 @@ void UcxTransport::OnPeerDown(const Event& e) {
       sender_said_bye = sender_left_ == e.conn;
       sender_left_.reset();
     }
-    pace_.erase(e.conn);
+    if (links_ != nullptr) links_->Forget(e.conn);
     for (auto& [rid, p] : pending_) {
       if (!p->done && p->conn == e.conn) {
         p->done = true;

@@ -41,6 +41,7 @@
 #include "refit/plugin_abi.h"
 #include "refit/sdk/plugin.hpp"
 #include "refit/status.h"
+#include "ucx_pacer.h"
 #include "ucx_worker.h"
 
 namespace refit::ucx {
@@ -125,7 +126,8 @@ class UcxTransport : public EventHandler {
   void SendTreeLocked(const std::vector<ConnId>& to);
   void OnReport(const Event& e);
   void AwaitReceivers();
-  void PaceLinks(const std::vector<ConnId>& conns, uint64_t bytes);
+  void SendPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
+                uint64_t bytes, std::atomic<uint64_t>* bytes_out);
   void LogBytesOut();
   void OnHello(const Event& e);
   void Replay(ConnId conn, const std::string& inventory);
@@ -175,12 +177,9 @@ class UcxTransport : public EventHandler {
   // Sender.
   std::unique_ptr<disk::DiskTransport> spool_;
   std::map<ConnId, Peer> peers_;
-  struct LinkPace {  // link_bandwidth's token bucket of one connection
-    double tokens = 0;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::map<ConnId, LinkPace> pace_;
-  uint64_t inflight_ = 0;     // both roles: the sender's pushes, a relay's forwards
+  uint64_t inflight_ = 0;  // both roles: the sender's pushes, a relay's forwards
+  // Both roles, link_bandwidth > 0: when each connection's emulated link is free (under mu_).
+  std::unique_ptr<LinkSchedule> links_;
   std::mutex tree_mu_;        // orders tree changes (kTree posts) against tree pushes
   std::vector<ConnId> tree_;  // receivers in the tree, in join order (node i+1's parent: i/k)
   uint64_t tree_seq_ = 0;     // the last tree push (starts at the clock: unique across senders)
@@ -207,7 +206,11 @@ class UcxTransport : public EventHandler {
   uint64_t next_request_ = 1;
   std::thread connector_;
 
-  std::unique_ptr<Worker> worker_;  // last: destroyed first (its callbacks use the fields above)
+  // Destroyed after the pacer (its callbacks use the fields above).
+  std::unique_ptr<Worker> worker_;
+  // link_bandwidth > 0: posts paced pushes to the worker; last, so destroyed first (the
+  // destructor drains it before the worker stops).
+  std::unique_ptr<DelayedRunner> pacer_;
 };
 
 }  // namespace refit::ucx
