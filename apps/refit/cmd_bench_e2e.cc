@@ -641,8 +641,7 @@ Result<Bench> SetUp(const BenchE2eOptions& o, const std::string& dir) {
   REFIT_RETURN_NOT_OK(ValidateConfig(b.config, *b.registry));
   REFIT_ASSIGN_OR_RAISE(b.transport, b.config.GetString("transport.name", "disk"));
   REFIT_ASSIGN_OR_RAISE(b.bandwidth, b.config.GetSize("transport.bandwidth", 0));
-  REFIT_ASSIGN_OR_RAISE(b.paced_bandwidth,
-                        b.config.GetSize("transport." + b.transport + ".link_bandwidth", 0));
+  REFIT_ASSIGN_OR_RAISE(b.paced_bandwidth, internal::PluginLinkBandwidth(b.config));
   REFIT_ASSIGN_OR_RAISE(b.encoding, b.config.GetString("sender.encoding", "auto"));
   REFIT_ASSIGN_OR_RAISE(b.sender, Sender::Make(b.config, 0, 1, b.registry));
   if (b.sender->published_version() != 0) {

@@ -195,6 +195,40 @@ TEST(AutoLink, DefaultModeAndBandwidthFollowTheTransport) {
   }
 }
 
+// [transport] bandwidth charges a payload at the put, at the sender's read-back (verify_puts)
+// and at the receiver's get, in series; a transport whose sender reads back its own copy
+// (REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS, as ucx) is charged twice, not three times.
+TEST(AutoLink, TheMeteredLinkCountsTheCrossingsOfTheConfiguredTransport) {
+  auto registry = TestRegistry();
+  const ComponentInfo* disk = registry->Find(REFIT_KIND_TRANSPORT, "disk");
+  ASSERT_NE(disk, nullptr);
+  const refit_component_t rows[] = {{sizeof(refit_component_t), REFIT_KIND_TRANSPORT, "spooled",
+                                     "the disk transport, its sender's reads local",
+                                     REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS, nullptr, 0,
+                                     disk->vtable, 0, 0}};
+  const refit_plugin_t plugin = {
+      sizeof(refit_plugin_t), REFIT_ABI_MAJOR, REFIT_ABI_MINOR, "spooled", "0", rows, 1};
+  ASSERT_TRUE(registry->RegisterPlugin(&plugin, nullptr, "in-test").ok());
+  struct Case {
+    const char* transport;
+    bool verify_puts;
+    double bandwidth;
+  };
+  for (const Case& c : {Case{"disk", true, 100e6}, Case{"disk", false, 150e6},
+                        Case{"spooled", true, 150e6}, Case{"spooled", false, 150e6}}) {
+    const std::string toml = std::string("[sender]\nverify_puts = ") +
+                             (c.verify_puts ? "true" : "false") + "\n[transport]\nname = \"" +
+                             c.transport + "\"\nbandwidth = \"300MB\"\n[encoding.auto]\n" +
+                             "mode = \"link\"\n";
+    auto config = Config::FromString(toml, "t.toml");
+    ASSERT_TRUE(config.ok()) << toml;
+    internal::EncodingCache cache(*registry, &config.value());
+    auto policy = cache.Auto();
+    ASSERT_TRUE(policy.ok()) << toml << policy.status().message();
+    EXPECT_EQ(policy.value()->link_bandwidth, c.bandwidth) << toml;
+  }
+}
+
 // A sender in mode link measures its candidates when it is made, so that its first delta does
 // not wait for the measurement (~40 ms); the other modes measure nothing. A bad [encoding.auto]
 // key therefore fails Sender::Make, not the first publish.

@@ -143,6 +143,20 @@ Result<std::unique_ptr<Transport>> WrapTransportWithLink(std::unique_ptr<Transpo
                           new LinkTransport(std::move(inner), std::move(bucket), traffic, gets));
 }
 
+Result<uint64_t> PluginLinkBandwidth(const Config& config) {
+  REFIT_ASSIGN_OR_RAISE(std::string transport, config.GetString("transport.name", "disk"));
+  return config.GetSize("transport." + transport + ".link_bandwidth", 0);
+}
+
+Result<uint32_t> MeteredCrossings(const Config& config, const Registry& registry) {
+  REFIT_ASSIGN_OR_RAISE(std::string transport, config.GetString("transport.name", "disk"));
+  REFIT_ASSIGN_OR_RAISE(bool verify, config.GetBool("sender.verify_puts", true));
+  const ComponentInfo* info = registry.Find(REFIT_KIND_TRANSPORT, transport);
+  const bool local_reads =
+      info != nullptr && (info->capabilities & REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS) != 0;
+  return verify && !local_reads ? 3 : 2;
+}
+
 Result<std::unique_ptr<Transport>> CreateConfiguredTransport(const Registry& registry,
                                                              const Config& config,
                                                              refit_transport_role_t role,

@@ -89,6 +89,16 @@ Result<std::unique_ptr<Transport>> WrapTransportWithLink(std::unique_ptr<Transpo
                                                          LinkTraffic* traffic,
                                                          LinkGets gets = LinkGets::kCross);
 
+// [transport.<name>] link_bandwidth of the configured transport: the plugin's own pacing of each
+// push (ucx: a payload crosses each link of its tree once); 0 when unset.
+Result<uint64_t> PluginLinkBandwidth(const Config& config);
+
+// How many times [transport] bandwidth charges a payload between the sender's put and a receiver
+// holding it, one after the other: the put, the sender's read-back (sender.verify_puts) unless
+// the transport reads its own copy (REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS: ucx), the receiver's
+// get.
+Result<uint32_t> MeteredCrossings(const Config& config, const Registry& registry);
+
 // Creates the transport of `config` ([transport] name and its section) for `role`: the plugin's
 // instance behind its own link ([transport] bandwidth, counted in ProcessLinkTraffic(role); a
 // sender's gets are free when the plugin declares REFIT_TRANSPORT_CAP_LOCAL_SENDER_READS),

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/file_util.h"
+#include "link/link.h"
 #include "plugins/encoding_cache.h"
 #include "send/calibrate.h"
 
@@ -87,17 +88,16 @@ Result<std::vector<std::string>> CandidateNames(const Registry& registry, const 
   return names;
 }
 
-// What the payload crosses a metered link at when [encoding.auto] link_bandwidth is absent. The
-// emulated link ([transport] bandwidth) meters each process's puts and gets: a payload is put,
-// read back by verify_puts, then got by a receiver, in series.
-Result<uint64_t> DefaultLinkBandwidth(const Config& config) {
+// What the payload crosses a metered link at when [encoding.auto] link_bandwidth is absent: the
+// emulated link ([transport] bandwidth) charges it once per crossing, in series
+// (MeteredCrossings); else the plugin's own pacing.
+Result<uint64_t> DefaultLinkBandwidth(const Config& config, const Registry& registry) {
   REFIT_ASSIGN_OR_RAISE(uint64_t emulated, config.GetSize("transport.bandwidth", 0));
   if (emulated > 0) {
-    REFIT_ASSIGN_OR_RAISE(bool verify, config.GetBool("sender.verify_puts", true));
-    return emulated / (verify ? 3 : 2);
+    REFIT_ASSIGN_OR_RAISE(uint32_t crossings, MeteredCrossings(config, registry));
+    return emulated / crossings;
   }
-  REFIT_ASSIGN_OR_RAISE(std::string transport, config.GetString("transport.name", "disk"));
-  return config.GetSize("transport." + transport + ".link_bandwidth", 0);
+  return PluginLinkBandwidth(config);
 }
 
 // The config a candidate's speed depends on (e.g. zstd levels): part of the calibration's key.
@@ -138,7 +138,8 @@ Status LoadCalibration(const Config& config, const std::string& key, AutoPolicy*
 }
 
 // mode, budget, link_bandwidth and calibration.
-Status ReadModeKeys(const Config& config, const std::string& section, AutoPolicy* policy) {
+Status ReadModeKeys(const Config& config, const Registry& registry, const std::string& section,
+                    AutoPolicy* policy) {
   const std::string mode_key = section + ".mode";
   REFIT_ASSIGN_OR_RAISE(std::string transport, config.GetString("transport.name", "disk"));
   REFIT_ASSIGN_OR_RAISE(
@@ -171,7 +172,7 @@ Status ReadModeKeys(const Config& config, const std::string& section, AutoPolicy
     }
     return Status::OK();
   }
-  REFIT_ASSIGN_OR_RAISE(uint64_t fallback, DefaultLinkBandwidth(config));
+  REFIT_ASSIGN_OR_RAISE(uint64_t fallback, DefaultLinkBandwidth(config, registry));
   REFIT_ASSIGN_OR_RAISE(uint64_t bandwidth, config.GetSize(bw_key, fallback));
   policy->link_bandwidth = static_cast<double>(bandwidth);
   REFIT_ASSIGN_OR_RAISE(policy->calibration, config.GetString(cal_key, ""));
@@ -201,7 +202,8 @@ Result<const AutoPolicy*> EncodingCache::Auto() {
     policy->candidates.push_back(enc);
   }
   policy->calibration_key = CalibrationKey(config_, names);
-  if (config_ != nullptr) REFIT_RETURN_NOT_OK(ReadModeKeys(*config_, section, policy.get()));
+  if (config_ != nullptr)
+    REFIT_RETURN_NOT_OK(ReadModeKeys(*config_, registry_, section, policy.get()));
   auto_ = std::move(policy);
   return auto_.get();
 }
