@@ -36,6 +36,37 @@ TEST(AsyncPutter, AJobRunsBeforeThePutsSubmittedAfterItWhileAPayloadIsHandedOver
   EXPECT_EQ(order, (std::vector<std::string>{"job", "p0:3", "p1:5"}));
 }
 
+// A long job (deleting a full sync's objects) that calls PutWaiting between its steps puts the
+// payloads handed over meanwhile there: the next Submit does not wait for the job's end.
+TEST(AsyncPutter, AJobsStepsLetThePayloadsHandedOverMeanwhileGoFirst) {
+  std::vector<std::string> order;  // written by the putter's thread only
+  std::promise<void> first_handed, second_handed;
+  std::future<void> first = first_handed.get_future(), second = second_handed.get_future();
+  bool handed_in_time = true;
+  AsyncPutter putter([&](const std::string& key, const std::vector<uint8_t>&) {
+    order.push_back(key);
+    return Status::OK();
+  });
+  putter.RunFirst([&] {
+    for (std::future<void>* handed : {&first, &second}) {
+      // Were the second Submit waiting for the job, only the timeout would end this wait.
+      handed_in_time &= handed->wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+      order.push_back("step");
+      putter.PutWaiting();
+    }
+    order.push_back("end");
+    return Status::OK();
+  });
+  ASSERT_TRUE(putter.Submit("p0", std::vector<uint8_t>(3)).ok());
+  first_handed.set_value();
+  ASSERT_TRUE(putter.Submit("p1", std::vector<uint8_t>(5)).ok());  // once p0 went, mid-job
+  second_handed.set_value();
+  ASSERT_TRUE(putter.Submit("p2", std::vector<uint8_t>(7)).ok());
+  ASSERT_TRUE(putter.Drain().ok());
+  EXPECT_TRUE(handed_in_time) << "a Submit waited for the job's end";
+  EXPECT_EQ(order, (std::vector<std::string>{"step", "p0", "step", "p1", "end", "p2"}));
+}
+
 // A payload's buffer, once put, is kept (emptied) for the next payload to be built in; one at a
 // time, the largest.
 TEST(AsyncPutter, APutPayloadsBufferIsKeptForTheNext) {

@@ -67,19 +67,29 @@ void AsyncPutter::Run() {
       continue;
     }
     if (!has_work_ && stop_) return;
-    std::vector<uint8_t> payload = std::move(slot_);
-    std::string key = std::move(slot_key_);
-    has_work_ = false;
-    busy_ = true;
-    lock.unlock();
-    Status st = error_.ok() ? put_(key, payload) : Status::OK();
-    payload.clear();
-    lock.lock();
-    if (spare_.capacity() < payload.capacity()) std::swap(spare_, payload);
-    if (!st.ok() && error_.ok()) error_ = st;
-    busy_ = false;
-    cv_.notify_all();
+    PutSlot(lock);
   }
+}
+
+void AsyncPutter::PutWaiting() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (has_work_) PutSlot(lock);
+}
+
+void AsyncPutter::PutSlot(std::unique_lock<std::mutex>& lock) {
+  std::vector<uint8_t> payload = std::move(slot_);
+  std::string key = std::move(slot_key_);
+  has_work_ = false;
+  busy_ = true;
+  const bool failed_before = !error_.ok();
+  lock.unlock();
+  Status st = failed_before ? Status::OK() : put_(key, payload);
+  payload.clear();
+  lock.lock();
+  if (spare_.capacity() < payload.capacity()) std::swap(spare_, payload);
+  if (!st.ok() && error_.ok()) error_ = st;
+  busy_ = false;
+  cv_.notify_all();
 }
 
 }  // namespace refit::internal

@@ -22,8 +22,13 @@ class AsyncPutter {
   // Runs `job` on the writer's thread before the payloads submitted after it: transport calls
   // that need not hold up the diff (retention's deletes) and must not overlap the puts (the
   // core calls a transport instance from one thread at a time). A payload may be handed over
-  // while the job runs. Its error is returned as a put's is.
+  // while the job runs; a job that calls PutWaiting between its steps lets it go first. Its
+  // error is returned as a put's is.
   void RunFirst(std::function<Status()> job);
+  // From a RunFirst job, on the writer's thread: puts the payload handed over meanwhile, if any,
+  // so that a long job (deleting a full sync's objects) neither delays the pushes nor blocks
+  // the next Submit.
+  void PutWaiting();
   // Waits for the last put (and job); returns the first error.
   Status Drain();
   // The buffer of a payload already put (emptied, its capacity kept), or an empty vector: one is
@@ -33,6 +38,8 @@ class AsyncPutter {
 
  private:
   void Run();
+  // Puts the handed-over payload (mu_ held by `lock`, released during the put).
+  void PutSlot(std::unique_lock<std::mutex>& lock);
   PutFn put_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -160,7 +160,7 @@ Status BridgeLaggingReceivers(Transport& transport, const std::map<std::string, 
 // The COMMIT first: from then on the directory is not a version for any receiver, so a kill
 // before the rest is gone leaves only leftovers, which the next pass removes.
 Status RemoveVersion(Transport& transport, uint64_t v, const std::vector<std::string>& keys,
-                     RetentionStats* stats) {
+                     const std::function<void()>& between, RetentionStats* stats) {
   const std::string commit = CommitKey(v);
   if (std::find(keys.begin(), keys.end(), commit) != keys.end()) {
     REFIT_RETURN_NOT_OK(transport.Remove(commit));
@@ -171,6 +171,7 @@ Status RemoveVersion(Transport& transport, uint64_t v, const std::vector<std::st
     if (key == commit) continue;
     REFIT_RETURN_NOT_OK(transport.Remove(key));
     ++stats->objects_removed;
+    if (between) between();
   }
   ++stats->versions_removed;
   return Status::OK();
@@ -178,8 +179,8 @@ Status RemoveVersion(Transport& transport, uint64_t v, const std::vector<std::st
 
 }  // namespace
 
-Result<RetentionStats> ApplyRetention(Transport& transport, uint64_t newest,
-                                      uint64_t keep_versions) {
+Result<RetentionStats> ApplyRetention(Transport& transport, uint64_t newest, uint64_t keep_versions,
+                                      const std::function<void()>& between) {
   RetentionStats stats;
   if (keep_versions == 0 || newest <= keep_versions) return stats;
   const uint64_t last = newest - keep_versions;  // versions <= last go
@@ -192,7 +193,7 @@ Result<RetentionStats> ApplyRetention(Transport& transport, uint64_t newest,
   // Bridges are written before any commit they span is deleted.
   if (commits_expire) REFIT_RETURN_NOT_OK(BridgeLaggingReceivers(transport, acks, last, &stats));
   for (const auto& [v, keys] : expired) {
-    REFIT_RETURN_NOT_OK(RemoveVersion(transport, v, keys, &stats));
+    REFIT_RETURN_NOT_OK(RemoveVersion(transport, v, keys, between, &stats));
   }
   // Acks of deleted versions, except each receiver's latest (a receiver restarted on it checks
   // that it acknowledged; the sender never reads acks below its newest version).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "refit/registry.h"
 #include "refit/status.h"
@@ -23,7 +24,8 @@ struct RetentionStats {
 // a version and the next call removes. Before a commit goes, every receiver whose latest ack lies
 // below it gets a chain bridge (protocol/chain_bridge.h) spanning the deleted commits, so it can
 // still take a newer full sync. Old acks go too (the latest per receiver stays). Idempotent.
-Result<RetentionStats> ApplyRetention(Transport& transport, uint64_t newest,
-                                      uint64_t keep_versions);
+// `between` (may be empty) runs after each removal: the sender puts a waiting payload there.
+Result<RetentionStats> ApplyRetention(Transport& transport, uint64_t newest, uint64_t keep_versions,
+                                      const std::function<void()>& between = {});
 
 }  // namespace refit::internal

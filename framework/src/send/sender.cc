@@ -85,6 +85,12 @@ internal::DeltaWriter::ChangesFn PendingChangesSink(internal::RedoLog* log, cons
   };
 }
 
+// What retention calls between its removals: the payload handed over meanwhile is put. (A
+// lambda in Sender::Impl would export its typeinfo from librefit.so.)
+std::function<void()> PutWaitingOf(internal::AsyncPutter& putter) {
+  return [&putter] { putter.PutWaiting(); };
+}
+
 // Adds a slice to the writer, cut into pieces at the receivers' shard boundaries when `cuts`
 // has some for its tensor (so each record lands in one receiver shard).
 Status AddCutSlice(internal::DeltaWriter& writer, const internal::SliceSource& src,
@@ -914,8 +920,10 @@ struct Sender::Impl {
   // Rank 0, once every receiver answered the newest version: versions beyond the window go
   // (send/retention.h). Cleanup never stalls training: a failure is a warning (OK is returned),
   // and the next publish tries again.
-  Status Retain() {
-    auto retained = internal::ApplyRetention(*transport, published_version, keep_versions);
+  // On the payload writer's thread: payloads handed over meanwhile are put between its removals.
+  Status Retain(internal::AsyncPutter& putter) {
+    auto retained = internal::ApplyRetention(*transport, published_version, keep_versions,
+                                             PutWaitingOf(putter));
     if (!retained.ok()) {
       Log(LogLevel::kWarn, "sender",
           "retention: " + retained.status().message() + " (retried at the next publish)");
@@ -1137,7 +1145,7 @@ Result<SyncStats> Sender::Publish(const std::vector<TensorView>& weights) {
   REFIT_RETURN_NOT_OK(m.BeforeDiff(*this, &stats));
   // Retention's deletes (a full sync's payloads: a second or more on a large model) run while
   // the diff does.
-  if (m.rank == 0) putter.RunFirst([&m] { return m.Retain(); });
+  if (m.rank == 0) putter.RunFirst([&m, &putter] { return m.Retain(putter); });
   const uint64_t version = m.published_version + 1;
   std::map<std::string, const TensorView*> old_by_name;
   const bool full = m.NeedsFull(version, weights, &old_by_name);
