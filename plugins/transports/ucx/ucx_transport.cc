@@ -260,6 +260,10 @@ void UcxTransport::PushCompleted(uint64_t bytes) {
 
 std::vector<ConnId> UcxTransport::ReadyPeers() {
   std::lock_guard<std::mutex> lk(mu_);
+  return ReadyPeersLocked();
+}
+
+std::vector<ConnId> UcxTransport::ReadyPeersLocked() const {
   std::vector<ConnId> out;
   for (const auto& [conn, peer] : peers_) {
     if (peer.ready) out.push_back(conn);
@@ -303,6 +307,7 @@ Status UcxTransport::PushDown(const MsgHeader& header, Bytes data) {
     for (const auto& [conn, peer] : peers_) {
       if (peer.ready && !peer.in_tree) conns.push_back(conn);
     }
+    ledger_.Took(header.key);
   }
   PostPush(conns, header, std::move(data), bytes, &bytes_pushed_);
   return Status::OK();
@@ -536,6 +541,7 @@ void UcxTransport::OnHello(const Event& e) {
     Peer& peer = peers_[e.conn];
     peer.id = id;
     peer.ready = true;
+    peer.ready_epoch = ledger_.epoch();
     if (relays) {
       peer.relay_address = from.substr(0, from.rfind(':')) + ":" + std::to_string(e.header.a);
     }
@@ -562,6 +568,12 @@ void UcxTransport::Replay(ConnId conn, const std::string& inventory) {
     const bool has = it != held.end() && it->second == size;
     if (it != held.end()) held.erase(it);
     if (has) continue;
+    {
+      // A put written to the spool as this receiver joined is pushed to it already.
+      std::lock_guard<std::mutex> lk(mu_);
+      auto peer = peers_.find(conn);
+      if (peer == peers_.end() || ledger_.PushedTo(key, peer->second.ready_epoch)) continue;
+    }
     Result<Bytes> data = ReadSpool(key, 0, size);
     if (!data.ok()) continue;  // removed meanwhile: its drop follows
     MsgHeader h;
@@ -1106,10 +1118,24 @@ Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t l
     h.type = MsgType::kPush;
     h.key = key;
     if (options_.k > 0) h.id = TakeTreeSeq(key);
-    REFIT_RETURN_NOT_OK(spool_->Put(key, data, len));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ledger_.Begin(key);
+    }
+    if (Status st = spool_->Put(key, data, len); !st.ok()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ledger_.Failed(key);
+      return st;
+    }
     auto bytes = std::make_shared<const Buffer>(data, data + len);
     if (options_.k > 0) return PushDown(h, std::move(bytes));
-    return PushTo(ReadyPeers(), h, std::move(bytes));
+    std::vector<ConnId> conns;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      conns = ReadyPeersLocked();
+      ledger_.Took(key);
+    }
+    return PushTo(conns, h, std::move(bytes));
   }
   auto bytes = std::make_shared<const Buffer>(data, data + len);
   StoreInInbox(key, bytes);
@@ -1233,6 +1259,10 @@ Status UcxTransport::Remove(const std::string& key) {
   REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   if (sender()) {
     REFIT_RETURN_NOT_OK(spool_->Remove(key));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ledger_.Forget(key);
+    }
     MsgHeader h;
     h.type = MsgType::kDrop;
     h.key = key;

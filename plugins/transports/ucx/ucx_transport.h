@@ -42,6 +42,7 @@
 #include "refit/sdk/plugin.hpp"
 #include "refit/status.h"
 #include "ucx_pacer.h"
+#include "ucx_push_ledger.h"
 #include "ucx_worker.h"
 
 namespace refit::ucx {
@@ -101,7 +102,8 @@ class UcxTransport : public EventHandler {
     uint64_t pushed = 0;  // pushes posted to it (replies carry it: the receiver's read barrier)
     std::string relay_address;  // "host:port" it listens on for tree pushes; "": not relaying
     bool in_tree = false;
-    uint64_t placed_at = 0;  // tree pushes up to this seq may not reach it (joined or re-placed)
+    uint64_t placed_at = 0;    // tree pushes up to this seq may not reach it (joined or re-placed)
+    uint64_t ready_epoch = 0;  // ledger_.epoch() when it became ready
   };
   UcxTransport(UcxOptions options, refit_transport_role_t role, std::string peer_id)
       : options_(std::move(options)), role_(role), peer_id_(std::move(peer_id)) {}
@@ -119,6 +121,7 @@ class UcxTransport : public EventHandler {
   uint64_t TakeTreeSeq(const std::string& key);
   Status PushDown(const MsgHeader& header, Bytes data);
   std::vector<ConnId> ReadyPeers();
+  std::vector<ConnId> ReadyPeersLocked() const;
   std::vector<ConnId> TreeChildrenLocked(size_t node);
   std::vector<size_t> SubtreeLocked(size_t node);
   void JoinTree(ConnId conn);
@@ -177,6 +180,7 @@ class UcxTransport : public EventHandler {
   // Sender.
   std::unique_ptr<disk::DiskTransport> spool_;
   std::map<ConnId, Peer> peers_;
+  PushLedger ledger_;      // what a joining receiver gets by push, not replay (under mu_)
   uint64_t inflight_ = 0;  // both roles: the sender's pushes, a relay's forwards
   // Both roles, link_bandwidth > 0: when each connection's emulated link is free (under mu_).
   std::unique_ptr<LinkSchedule> links_;
