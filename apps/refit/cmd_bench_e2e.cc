@@ -249,6 +249,11 @@ Result<Config> BenchConfig(const BenchE2eOptions& o, const std::string& dir) {
     config.SetString("transport.disk.dir", dir + "/sync");
   }
   if (o.bandwidth) SetValue(config, "transport.bandwidth", REFIT_CFG_INT, *o.bandwidth);
+  // Over ucx the full sync goes down the paced links to every receiver, not by replay to the
+  // ones that connect after its first put (replays are not paced).
+  if (transport == "ucx" && !config.Has("transport.ucx.await_receivers")) {
+    SetValue(config, "transport.ucx.await_receivers", REFIT_CFG_INT, o.receivers);
+  }
   config.SetString("sender.state_dir", dir + "/sender");
   ConfigValue ids;
   ids.type = REFIT_CFG_STRING_LIST;

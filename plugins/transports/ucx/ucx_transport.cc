@@ -175,12 +175,12 @@ Status UcxTransport::StartSender() {
   sdk::Log(REFIT_LOG_INFO, kLog,
            "sender listening on " + address_ + " (tls " + options_.tls +
                (options_.k > 0 ? ", relay fan-out k = " + std::to_string(options_.k) : "") + ")");
-  AwaitReceivers();
   return Status::OK();
 }
 
-// await_receivers: the first put goes down the tree to everyone instead of being replayed to
-// each receiver that connects after it. Receivers are counted by id: one that reconnected has
+// await_receivers, at the first put (the sender's diff runs while its receivers connect): that
+// put goes down the tree to everyone instead of being replayed to each receiver that connects
+// after it. Receivers are counted by id: one that reconnected has
 // two connections until its stale one is closed.
 void UcxTransport::AwaitReceivers() {
   if (options_.await_receivers == 0) return;
@@ -464,23 +464,31 @@ void UcxTransport::ReserveWindow(uint64_t bytes) {
 void UcxTransport::PostPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
                             uint64_t bytes, std::atomic<uint64_t>* bytes_out) {
   if (pacer_ == nullptr || bytes_out == &bytes_replayed_) {
-    SendPush(conns, header, std::move(data), bytes, bytes_out);
+    SendPush(conns, header, std::move(data), bytes, bytes_out, /*counted=*/false);
     return;
   }
   PaceClock::time_point arrival;
   {
     std::lock_guard<std::mutex> lk(mu_);
     arrival = links_->Arrival(conns, bytes, PaceClock::now());
+    // Counted now, not when posted: a receiver that reads a key the spool already lists (its
+    // commit) waits for the pushes on their links rather than reading it from the sender, whose
+    // replies are not paced.
+    for (ConnId conn : conns) {
+      auto peer = peers_.find(conn);
+      if (peer != peers_.end()) ++peer->second.pushed;
+    }
   }
   pacer_->Post(arrival, [this, conns, header, data = std::move(data), bytes, bytes_out]() mutable {
-    SendPush(conns, header, std::move(data), bytes, bytes_out);
+    SendPush(conns, header, std::move(data), bytes, bytes_out, /*counted=*/true);
   });
 }
 
 // Sends one object (its bytes already in the window) to conns; they leave the window once every
-// send of it completed or failed. bytes_out counts what was posted.
+// send of it completed or failed. bytes_out counts what was posted; `counted`: the peers' push
+// counts (their read barrier) were raised when the push was paced.
 void UcxTransport::SendPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
-                            uint64_t bytes, std::atomic<uint64_t>* bytes_out) {
+                            uint64_t bytes, std::atomic<uint64_t>* bytes_out, bool counted) {
   auto group = std::make_shared<PushGroup>();
   group->transport = this;
   group->bytes = bytes;
@@ -493,6 +501,7 @@ void UcxTransport::SendPush(const std::vector<ConnId>& conns, const MsgHeader& h
       continue;
     }
     *bytes_out += bytes;
+    if (counted) continue;
     std::lock_guard<std::mutex> lk(mu_);
     auto peer = peers_.find(conn);
     if (peer != peers_.end()) ++peer->second.pushed;
@@ -1114,6 +1123,7 @@ Result<bool> UcxTransport::Wait(uint32_t timeout_ms) {
 Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t len) {
   REFIT_RETURN_NOT_OK(ValidateTransportKey(key));
   if (sender()) {
+    std::call_once(awaited_receivers_, [this] { AwaitReceivers(); });
     MsgHeader h;
     h.type = MsgType::kPush;
     h.key = key;

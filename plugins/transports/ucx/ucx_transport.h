@@ -130,7 +130,7 @@ class UcxTransport : public EventHandler {
   void OnReport(const Event& e);
   void AwaitReceivers();
   void SendPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
-                uint64_t bytes, std::atomic<uint64_t>* bytes_out);
+                uint64_t bytes, std::atomic<uint64_t>* bytes_out, bool counted);
   void LogBytesOut();
   void OnHello(const Event& e);
   void Replay(ConnId conn, const std::string& inventory);
@@ -180,6 +180,7 @@ class UcxTransport : public EventHandler {
   // Sender.
   std::unique_ptr<disk::DiskTransport> spool_;
   std::map<ConnId, Peer> peers_;
+  std::once_flag awaited_receivers_;  // await_receivers, at the first put
   PushLedger ledger_;      // what a joining receiver gets by push, not replay (under mu_)
   uint64_t inflight_ = 0;  // both roles: the sender's pushes, a relay's forwards
   // Both roles, link_bandwidth > 0: when each connection's emulated link is free (under mu_).
