@@ -292,7 +292,7 @@ class BenchE2e(UcxCase):
                     f'spool_dir = "{self.dir}/paced-spool"\nspool_fsync = false\ntls = "{TLS}"\n'
                     'link_bandwidth = "100MB"\n')
         started = self.start("bench", "e2e", "--size", "8MiB", "--transport", "ucx", "--config",
-                             path, "--syncs", "2", "--json")
+                             path, "--syncs", "2", "--json", env_extra={"REFIT_LOG": "info"})
         code, err = self.finish(started, bound_s=120)
         self.assertEqual(code, 0, err)
         report = json.loads(open(started[1] + ".out").read())
@@ -301,6 +301,14 @@ class BenchE2e(UcxCase):
         delta = report["syncs"][1]
         self.assertAlmostEqual(delta["stages_alone"]["link_s"], delta["payload_bytes"] / 1e8)
         self.assertTrue(report["summary"]["bit_exact"])
+        # Every byte crossed a paced link: the bench awaits its receiver at the first put (none
+        # replayed to it for joining late), and it reads nothing from the sender ahead of the
+        # pushes (its read barrier counts a push once paced). Neither path is paced.
+        found = BYTES_OUT.findall(err)
+        self.assertTrue(found, err)
+        _, pushed, replayed, served, _ = map(int, found[-1])
+        self.assertGreater(pushed, 8 << 20, found[-1])
+        self.assertEqual((replayed, served), (0, 0), found[-1])
 
 
 class LinkAndFaults(UcxCase):
