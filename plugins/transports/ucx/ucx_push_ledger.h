@@ -17,11 +17,12 @@ class PushLedger {
  public:
   // A put of `key` starts writing the spool.
   void Begin(const std::string& key) { ++putting_[key]; }
-  // The put of `key` took its receivers (every one ready now) or failed before.
+  // The put of `key` took its receivers (every one ready now).
   void Took(const std::string& key) {
     pushed_epoch_[key] = ++epoch_;
     End(key);
   }
+  // The put of `key` failed before it took any.
   void Failed(const std::string& key) { End(key); }
   // `key` was removed from the spool.
   void Forget(const std::string& key) { pushed_epoch_.erase(key); }

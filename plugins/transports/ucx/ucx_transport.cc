@@ -180,8 +180,8 @@ Status UcxTransport::StartSender() {
 
 // await_receivers, at the first put (the sender's diff runs while its receivers connect): that
 // put goes down the tree to everyone instead of being replayed to each receiver that connects
-// after it. Receivers are counted by id: one that reconnected has
-// two connections until its stale one is closed.
+// after it. Receivers are counted by id: one that reconnected has two connections until its
+// stale one is closed.
 void UcxTransport::AwaitReceivers() {
   if (options_.await_receivers == 0) return;
   std::unique_lock<std::mutex> lk(mu_);
