@@ -284,9 +284,10 @@ std::vector<ConnId> UcxTransport::TreeChildrenLocked(size_t node) {
   return out;
 }
 
-// A put's tree push seq, taken before the object is in the spool: a receiver that sees it there
-// (a list, a size) is told to wait for its push rather than read it from the sender. A receiver
-// placed after this seq was taken gets it some other way (placed_at >= seq).
+// A put's push seq (with the tree, its tree push's), taken before the object is in the spool: a
+// receiver that sees it there (a list, a size) is told to wait for that push rather than read it
+// from the sender (AwaitedTreeSeq). A receiver placed in the tree after this seq was taken gets it
+// some other way (placed_at >= seq).
 uint64_t UcxTransport::TakeTreeSeq(const std::string& key) {
   std::lock_guard<std::mutex> lk(mu_);
   tree_seq_of_[key] = ++tree_seq_;
@@ -429,12 +430,17 @@ void UcxTransport::OnReport(const Event& e) {
                  "its relay " + relay + " reported: " + std::string(e.data.begin(), e.data.end()));
 }
 
-// mu_ held. The tree push of `key` a receiver may still be waiting for (0: none, read it here).
+// mu_ held. The push of `key` a receiver may still be waiting for (its seq; 0: none, read it
+// here). In the tree: a tree push past its placement. Outside it: the put's own push to it, when
+// the put takes it (under way) or took it (ready before): a count of pushes does not tell, since
+// an unpaced drop or reply posted after a paced payload overtakes it on the way.
 uint64_t UcxTransport::AwaitedTreeSeq(ConnId conn, const std::string& key) {
   auto peer = peers_.find(conn);
   auto seq = tree_seq_of_.find(key);
-  if (peer == peers_.end() || !peer->second.in_tree || seq == tree_seq_of_.end()) return 0;
-  return seq->second > peer->second.placed_at ? seq->second : 0;
+  if (peer == peers_.end() || seq == tree_seq_of_.end()) return 0;
+  if (peer->second.in_tree) return seq->second > peer->second.placed_at ? seq->second : 0;
+  const bool pushed = peer->second.ready && ledger_.PushedTo(key, peer->second.ready_epoch);
+  return pushed ? seq->second : 0;
 }
 
 // Pushes one object to conns, within the max_inflight_bytes window (an object larger than the
@@ -1043,8 +1049,9 @@ void UcxTransport::OnChildDown(const Event& e) {
 // Until every push the sender had posted to us when it answered has arrived (or the connection
 // is gone, or request_timeout_ms passed): a payload pushed by rendezvous may still be on its way
 // when the small commit marker pushed after it is already here.
-// With relay fan-out, also until the key's tree push (tree_seq, 0: none) arrived through our
-// parent, or the sender re-placed us past it (it may never come: read it from the sender).
+// Also until the key's own push (tree_seq, 0: none) arrived, from the sender or through our
+// parent, or the sender re-placed us in its tree past it (it may never come: read it from the
+// sender). The count alone is not enough: a drop posted after a paced payload overtakes it.
 void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::string& key) {
   std::unique_lock<std::mutex> lk(mu_);
   const std::optional<ConnId> conn = push_conn_;
@@ -1127,7 +1134,7 @@ Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t l
     MsgHeader h;
     h.type = MsgType::kPush;
     h.key = key;
-    if (options_.k > 0) h.id = TakeTreeSeq(key);
+    h.id = TakeTreeSeq(key);
     {
       std::lock_guard<std::mutex> lk(mu_);
       ledger_.Begin(key);
@@ -1272,6 +1279,7 @@ Status UcxTransport::Remove(const std::string& key) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       ledger_.Forget(key);
+      tree_seq_of_.erase(key);
     }
     MsgHeader h;
     h.type = MsgType::kDrop;

@@ -94,7 +94,7 @@ class UcxTransport : public EventHandler {
     Bytes data;  // null once a payload was read to its end (size kept)
     uint64_t size = 0;
     uint64_t seq = 0;       // insertion order, for eviction
-    uint64_t tree_seq = 0;  // the tree push that brought it (0: a replay or its own put)
+    uint64_t tree_seq = 0;  // the put's push seq that brought it (0: a replay or its own put)
   };
   struct Peer {
     std::string id;
@@ -188,7 +188,7 @@ class UcxTransport : public EventHandler {
   std::mutex tree_mu_;        // orders tree changes (kTree posts) against tree pushes
   std::vector<ConnId> tree_;  // receivers in the tree, in join order (node i+1's parent: i/k)
   uint64_t tree_seq_ = 0;     // the last tree push (starts at the clock: unique across senders)
-  std::map<std::string, uint64_t> tree_seq_of_;  // key -> its last tree push
+  std::map<std::string, uint64_t> tree_seq_of_;  // key -> its last put's push seq
   std::atomic<uint64_t> bytes_pushed_{0};        // sender bytes out: puts pushed,
   std::atomic<uint64_t> bytes_replayed_{0};      // replays to late or re-placed receivers,
   std::atomic<uint64_t> bytes_served_{0};        // and reads served from the spool
