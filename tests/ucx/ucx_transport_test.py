@@ -303,9 +303,9 @@ class BenchE2e(UcxCase):
         self.assertTrue(report["summary"]["bit_exact"])
         # Every byte crossed a paced link: the bench awaits its receiver at the first put (none
         # replayed to it for joining late), and it reads nothing from the sender ahead of the
-        # pushes: a put counts its push toward the receiver's read barrier before the spool lists
-        # its key (a list answered in between once let it read that payload from the sender,
-        # unpaced, 1 run in ~5). Neither path is paced.
+        # pushes: a size reply names the key's own push, which the receiver waits for (a wait
+        # for a count of pushes let the version's manifest and commit, arriving before its
+        # payload, release the read, 1 run in ~4). Neither path is paced.
         found = BYTES_OUT.findall(err)
         self.assertTrue(found, err)
         _, pushed, replayed, served, _ = map(int, found[-1])

@@ -433,7 +433,7 @@ void UcxTransport::OnReport(const Event& e) {
 // mu_ held. The push of `key` a receiver may still be waiting for (its seq; 0: none, read it
 // here). In the tree: a tree push past its placement. Outside it: the put's own push to it, when
 // the put takes it (under way) or took it (ready before): a count of pushes does not tell, since
-// an unpaced drop or reply posted after a paced payload overtakes it on the way.
+// the small pushes posted after a payload (its manifest, the commit) can arrive before it.
 uint64_t UcxTransport::AwaitedTreeSeq(ConnId conn, const std::string& key) {
   auto peer = peers_.find(conn);
   auto seq = tree_seq_of_.find(key);
@@ -1051,7 +1051,7 @@ void UcxTransport::OnChildDown(const Event& e) {
 // when the small commit marker pushed after it is already here.
 // Also until the key's own push (tree_seq, 0: none) arrived, from the sender or through our
 // parent, or the sender re-placed us in its tree past it (it may never come: read it from the
-// sender). The count alone is not enough: a drop posted after a paced payload overtakes it.
+// sender). The count alone is not enough: later small pushes can arrive before the payload.
 void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::string& key) {
   std::unique_lock<std::mutex> lk(mu_);
   const std::optional<ConnId> conn = push_conn_;
