@@ -25,6 +25,8 @@ struct UcxTransport::Pending {
 namespace {
 
 constexpr const char* kLog = "ucx";
+// Dropped keys a receiver remembers (UcxTransport::dropped_): more than a retention pass drops.
+constexpr size_t kMaxDroppedKeys = 4096;
 
 // Completion of one object pushed to several receivers: its bytes leave the window once every
 // send of it completed (or failed).
@@ -944,6 +946,15 @@ void UcxTransport::OnPush(Event e) {
       if (it->second.data) inbox_held_ -= it->second.size;
       inbox_.erase(it);
     }
+    // A read told to wait for this key's push may not have looked since it arrived.
+    dropped_[key] = ++drops_;
+    dropped_order_.emplace_back(key, drops_);
+    while (dropped_order_.size() > kMaxDroppedKeys) {
+      const auto& [oldest, serial] = dropped_order_.front();
+      auto d = dropped_.find(oldest);
+      if (d != dropped_.end() && d->second == serial) dropped_.erase(d);  // not dropped since
+      dropped_order_.pop_front();
+    }
   } else {
     Bytes data = std::make_shared<const Buffer>(std::move(e.data));
     StoreInInbox(key, data, e.header.id);
@@ -1057,7 +1068,7 @@ void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::
   const std::optional<ConnId> conn = push_conn_;
   const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
   auto tree_push_due = [&] {
-    if (tree_seq <= placed_at_) return false;
+    if (tree_seq <= placed_at_ || dropped_.count(key) != 0) return false;
     auto it = inbox_.find(key);
     return it == inbox_.end() || it->second.tree_seq < tree_seq;
   };
@@ -1071,6 +1082,7 @@ void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::
 // past inbox_bytes: a read of one of them goes to the sender.
 void UcxTransport::StoreInInbox(const std::string& key, Bytes data, uint64_t tree_seq) {
   std::lock_guard<std::mutex> lk(mu_);
+  dropped_.erase(key);  // pushed again (its place in dropped_order_ ages out)
   Entry& entry = inbox_[key];
   if (entry.data) inbox_held_ -= entry.size;
   entry.size = data->size();

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -196,6 +197,11 @@ class UcxTransport : public EventHandler {
   std::map<std::string, Entry> inbox_;
   uint64_t inbox_held_ = 0;
   uint64_t inbox_seq_ = 0;
+  // Keys the sender dropped since their last push (the newest kMaxDroppedKeys): a read waiting
+  // for such a key's push stops waiting (it came and went, or never will).
+  std::map<std::string, uint64_t> dropped_;  // key -> its drop's serial
+  std::deque<std::pair<std::string, uint64_t>> dropped_order_;
+  uint64_t drops_ = 0;
   std::map<std::string, std::optional<Bytes>> outbox_;  // nullopt: a remove
   std::optional<ConnId> conn_;                          // the live connection to the sender
   std::optional<ConnId> sender_left_;  // the connection whose sender said it leaves (kBye)
