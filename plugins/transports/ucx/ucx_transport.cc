@@ -273,6 +273,20 @@ std::vector<ConnId> UcxTransport::ReadyPeersLocked() const {
   return out;
 }
 
+// mu_ held, the put's spool write done. Whom the put of `key` pushes to itself, taken now (so a
+// receiver that became ready during the write gets it by push, not replay: PushLedger): with
+// the tree, the sender's tree children and every ready receiver outside it (the tree forwards
+// it to the rest); else every ready receiver.
+std::vector<ConnId> UcxTransport::TakePutTargetsLocked(const std::string& key) {
+  ledger_.Took(key);
+  if (options_.k == 0) return ReadyPeersLocked();
+  std::vector<ConnId> out = TreeChildrenLocked(0);
+  for (const auto& [conn, peer] : peers_) {
+    if (peer.ready && !peer.in_tree) out.push_back(conn);
+  }
+  return out;
+}
+
 // ------------------------------------------------------------------ sender: the relay tree
 
 // mu_ held. Node 0 is the sender, node i + 1 is tree_[i]; node n's children are nodes n*k + 1 ..
@@ -288,11 +302,11 @@ std::vector<ConnId> UcxTransport::TreeChildrenLocked(size_t node) {
 
 // A put's push seq (with the tree, its tree push's), taken before the object is in the spool: a
 // receiver that sees it there (a list, a size) is told to wait for that push rather than read it
-// from the sender (AwaitedTreeSeq). A receiver placed in the tree after this seq was taken gets it
+// from the sender (AwaitedPushSeq). A receiver placed in the tree after this seq was taken gets it
 // some other way (placed_at >= seq).
-uint64_t UcxTransport::TakeTreeSeq(const std::string& key) {
+uint64_t UcxTransport::TakePushSeq(const std::string& key) {
   std::lock_guard<std::mutex> lk(mu_);
-  tree_seq_of_[key] = ++tree_seq_;
+  push_seq_of_[key] = ++tree_seq_;
   return tree_seq_;
 }
 
@@ -306,11 +320,7 @@ Status UcxTransport::PushDown(const MsgHeader& header, Bytes data) {
   std::vector<ConnId> conns;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    conns = TreeChildrenLocked(0);
-    for (const auto& [conn, peer] : peers_) {
-      if (peer.ready && !peer.in_tree) conns.push_back(conn);
-    }
-    ledger_.Took(header.key);
+    conns = TakePutTargetsLocked(header.key);
   }
   PostPush(conns, header, std::move(data), bytes, &bytes_pushed_);
   return Status::OK();
@@ -436,10 +446,10 @@ void UcxTransport::OnReport(const Event& e) {
 // here). In the tree: a tree push past its placement. Outside it: the put's own push to it, when
 // the put takes it (under way) or took it (ready before): a count of pushes does not tell, since
 // the small pushes posted after a payload (its manifest, the commit) can arrive before it.
-uint64_t UcxTransport::AwaitedTreeSeq(ConnId conn, const std::string& key) {
+uint64_t UcxTransport::AwaitedPushSeq(ConnId conn, const std::string& key) {
   auto peer = peers_.find(conn);
-  auto seq = tree_seq_of_.find(key);
-  if (peer == peers_.end() || seq == tree_seq_of_.end()) return 0;
+  auto seq = push_seq_of_.find(key);
+  if (peer == peers_.end() || seq == push_seq_of_.end()) return 0;
   if (peer->second.in_tree) return seq->second > peer->second.placed_at ? seq->second : 0;
   const bool pushed = peer->second.ready && ledger_.PushedTo(key, peer->second.ready_epoch);
   return pushed ? seq->second : 0;
@@ -630,7 +640,7 @@ void UcxTransport::OnRequest(const Event& e) {
     st = size.status();
     if (st.ok() && size.value()) value = **size + 1;  // 0: not found
     std::lock_guard<std::mutex> lk(mu_);
-    tree_seq = AwaitedTreeSeq(e.conn, h.key);
+    tree_seq = AwaitedPushSeq(e.conn, h.key);
   } else if (st.ok() && h.type == MsgType::kGet) {
     Result<Bytes> got = ReadSpool(h.key, h.a, h.b);
     st = got.status();
@@ -1067,13 +1077,12 @@ void UcxTransport::WaitForPushes(uint64_t pushed, uint64_t tree_seq, const std::
   std::unique_lock<std::mutex> lk(mu_);
   const std::optional<ConnId> conn = push_conn_;
   const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
-  auto tree_push_due = [&] {
+  auto push_due = [&] {
     if (tree_seq <= placed_at_ || dropped_.count(key) != 0) return false;
     auto it = inbox_.find(key);
     return it == inbox_.end() || it->second.tree_seq < tree_seq;
   };
-  while (!stop_ && conn_ == conn && push_conn_ == conn &&
-         (delivered_ < pushed || tree_push_due())) {
+  while (!stop_ && conn_ == conn && push_conn_ == conn && (delivered_ < pushed || push_due())) {
     if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) return;
   }
 }
@@ -1146,7 +1155,7 @@ Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t l
     MsgHeader h;
     h.type = MsgType::kPush;
     h.key = key;
-    h.id = TakeTreeSeq(key);
+    h.id = TakePushSeq(key);
     {
       std::lock_guard<std::mutex> lk(mu_);
       ledger_.Begin(key);
@@ -1161,8 +1170,7 @@ Status UcxTransport::Put(const std::string& key, const uint8_t* data, uint64_t l
     std::vector<ConnId> conns;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      conns = ReadyPeersLocked();
-      ledger_.Took(key);
+      conns = TakePutTargetsLocked(key);
     }
     return PushTo(conns, h, std::move(bytes));
   }
@@ -1291,7 +1299,7 @@ Status UcxTransport::Remove(const std::string& key) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       ledger_.Forget(key);
-      tree_seq_of_.erase(key);
+      push_seq_of_.erase(key);
     }
     MsgHeader h;
     h.type = MsgType::kDrop;

@@ -119,10 +119,11 @@ class UcxTransport : public EventHandler {
   void ReserveWindow(uint64_t bytes);
   void PostPush(const std::vector<ConnId>& conns, const MsgHeader& header, Bytes data,
                 uint64_t bytes, std::atomic<uint64_t>* bytes_out);
-  uint64_t TakeTreeSeq(const std::string& key);
+  uint64_t TakePushSeq(const std::string& key);
   Status PushDown(const MsgHeader& header, Bytes data);
   std::vector<ConnId> ReadyPeers();
   std::vector<ConnId> ReadyPeersLocked() const;
+  std::vector<ConnId> TakePutTargetsLocked(const std::string& key);
   std::vector<ConnId> TreeChildrenLocked(size_t node);
   std::vector<size_t> SubtreeLocked(size_t node);
   void JoinTree(ConnId conn);
@@ -138,7 +139,7 @@ class UcxTransport : public EventHandler {
   void OnRequest(const Event& e);
   void Reply(ConnId conn, uint64_t id, const Status& st, uint64_t value, Bytes data,
              uint64_t tree_seq = 0);
-  uint64_t AwaitedTreeSeq(ConnId conn, const std::string& key);
+  uint64_t AwaitedPushSeq(ConnId conn, const std::string& key);
   void OnPeerDown(const Event& e);
   void OnBye(const Event& e);
   void SayByeToReceivers();
@@ -189,7 +190,7 @@ class UcxTransport : public EventHandler {
   std::mutex tree_mu_;        // orders tree changes (kTree posts) against tree pushes
   std::vector<ConnId> tree_;  // receivers in the tree, in join order (node i+1's parent: i/k)
   uint64_t tree_seq_ = 0;     // the last tree push (starts at the clock: unique across senders)
-  std::map<std::string, uint64_t> tree_seq_of_;  // key -> its last put's push seq
+  std::map<std::string, uint64_t> push_seq_of_;  // key -> its last put's push seq
   std::atomic<uint64_t> bytes_pushed_{0};        // sender bytes out: puts pushed,
   std::atomic<uint64_t> bytes_replayed_{0};      // replays to late or re-placed receivers,
   std::atomic<uint64_t> bytes_served_{0};        // and reads served from the spool
