@@ -325,6 +325,22 @@ void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions,
   });
 }
 
+void ScatterSwap(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
+                 uint8_t* values) {
+  auto* dst = static_cast<uint8_t*>(bits);
+  ByElem(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    ForEachPrefetched(
+        k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
+        [&](uint64_t j) {
+          uint8_t* p = dst + positions[j] * sizeof(U);
+          const U old_bits = LoadLE<U>(p);
+          StoreLE<U>(p, LoadLE<U>(values + j * sizeof(U)));
+          StoreLE<U>(values + j * sizeof(U), old_bits);
+        });
+  });
+}
+
 void ScatterXor(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                 const uint8_t* values) {
   auto* dst = static_cast<uint8_t*>(bits);

@@ -164,6 +164,23 @@ class EarlyApplyTest : public ::testing::Test {
     ExpectModelIsWeights();
   }
 
+  void RetryAFailedAttempt();
+
+  // The same records as payload bytes `good` in another container (one more metadata key): every
+  // digest holds, but the bytes are not the ones the manifest names.
+  static std::string OtherContainer(const std::string& good, const std::string& path) {
+    auto parsed = Payload::Parse(reinterpret_cast<const uint8_t*>(good.data()), good.size(), path);
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    if (!parsed.ok()) return good;
+    PayloadBuilder builder(Metadata{{"planted", "yes"}});
+    for (const RecordHeader& r : parsed->records()) {
+      builder.Add(r, parsed->record_bytes(r), r.data_end - r.data_begin);
+    }
+    auto other = builder.Finish();
+    EXPECT_TRUE(other.ok());
+    return other.ok() ? std::string(other->begin(), other->end()) : good;
+  }
+
   bool attach_ = false;      // Start attaches memory_ to the receiver
   std::string sender_keys_;  // more lines of [sender]
   std::vector<std::vector<uint8_t>> memory_;
@@ -220,9 +237,19 @@ TEST_F(EarlyApplyTest, AttachedMemoryIsComputedBeforeTheCommitAndWrittenAfterIt)
 // leaves them marked applied, and the retry writes each record once (xor and step records
 // applied twice would not give the weights back).
 TEST_F(EarlyApplyTest, AttachedMemoryRetriedAfterAFailedAttemptAppliesEveryRecordOnce) {
-  attach_ = true;
-  sender_keys_ = "encoding = \"xor\"\n";
-  Start("");
+  for (const bool write_early : {false, true}) {
+    SCOPED_TRACE(write_early ? "written early" : "written after the commit");
+    attach_ = true;
+    sender_keys_ = "encoding = \"xor\"\n";
+    receiver_keys_ = write_early ? "write_early = true\n" : "";
+    Start("");
+    RetryAFailedAttempt();
+  }
+}
+
+// Version 2 with its last payload corrupt: the first attempt fails, the retry (the payload
+// good again) applies bit-exact, the records applied in the failed attempt skipped.
+void EarlyApplyTest::RetryAFailedAttempt() {
   const std::string commit = PublishWithoutCommit(2);
   const std::string last = PayloadPaths(2).back();
   const std::string good = ReadAll(last);
@@ -240,6 +267,74 @@ TEST_F(EarlyApplyTest, AttachedMemoryRetriedAfterAFailedAttemptAppliesEveryRecor
   ExpectMemoryIsWeights();
 }
 
+// receiver.write_early: attached memory (an engine that does not read it during a sync) gets
+// each payload's changes as soon as they are computed, before the commit; once it is there,
+// only the payloads not computed yet are left.
+TEST_F(EarlyApplyTest, AttachedMemoryWrittenEarlyHoldsTheVersionOnceItCommits) {
+  attach_ = true;
+  receiver_keys_ = "write_early = true\n";
+  Start("");
+  const std::string commit = PublishWithoutCommit(2);
+  ASSERT_GE(PayloadPaths(2).size(), 2u);
+  const std::vector<std::vector<uint8_t>> before = memory_;
+  EXPECT_EQ(Poll(0), 0u);  // computes and writes version 2's payloads
+  EXPECT_NE(memory_, before) << "nothing was written before the commit";
+  EXPECT_EQ(receiver_->version(), 1u);
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_EQ(stats.early_payloads, stats.payloads);
+  EXPECT_GT(stats.counters.records, 0u);
+  ExpectMemoryIsWeights();
+  ExpectVersion3AsUsual();
+}
+
+// Bytes written early that the commit does not name (the same records in another container)
+// are put back before anything else is applied: xor records written twice would not give the
+// weights back.
+TEST_F(EarlyApplyTest, MemoryWrittenEarlyIsPutBackWhenTheCommitNamesOtherBytes) {
+  attach_ = true;
+  sender_keys_ = "encoding = \"xor\"\n";
+  receiver_keys_ = "write_early = true\n";
+  Start("");
+  const std::string commit = PublishWithoutCommit(2);
+  const std::string path = PayloadPaths(2).front();
+  const std::string good = ReadAll(path);
+  WriteAll(path, OtherContainer(good, path));
+  const std::vector<std::vector<uint8_t>> before = memory_;
+  EXPECT_EQ(Poll(0), 0u);
+  EXPECT_NE(memory_, before);
+  WriteAll(path, good);
+  WriteAll(Path(CommitKey(2)), commit);
+  ASSERT_EQ(Poll(2), 2u);
+  ExpectMemoryIsWeights();
+  ExpectVersion3AsUsual();
+}
+
+// Memory attached again (here the same, said to hold version 1) gets what was written early put
+// back first: it verifies as version 1, and version 2 applies on it once committed.
+TEST_F(EarlyApplyTest, MemoryWrittenEarlyIsPutBackWhenItIsAttachedAgain) {
+  attach_ = true;
+  receiver_keys_ = "write_early = true\n";
+  Start("");
+  const std::string commit = PublishWithoutCommit(2);
+  const std::vector<std::vector<uint8_t>> before = memory_;
+  EXPECT_EQ(Poll(0), 0u);
+  ASSERT_NE(memory_, before);
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < memory_.size(); ++i) {
+    const auto& t = weights_.tensors[i];
+    views.push_back({t.name, t.dtype, t.shape, memory_[i].data()});
+  }
+  ASSERT_TRUE(receiver_->Attach(views, /*loaded_version=*/1).ok());
+  EXPECT_EQ(memory_, before) << "what was written before the commit is still there";
+  WriteAll(Path(CommitKey(2)), commit);
+  ApplyStats stats;
+  ASSERT_EQ(Poll(2, &stats), 2u);
+  EXPECT_FALSE(stats.full);
+  ExpectMemoryIsWeights();
+}
+
 TEST_F(EarlyApplyTest, APayloadThatFailsItsDigestsEarlyIsAppliedAfterTheCommit) {
   const std::string commit = PublishWithoutCommit(2);
   const std::string payload = PayloadPaths(2).front();
@@ -252,19 +347,9 @@ TEST_F(EarlyApplyTest, APayloadThatFailsItsDigestsEarlyIsAppliedAfterTheCommit) 
 
 TEST_F(EarlyApplyTest, EarlyBytesOtherThanTheManifestsAreReadAgain) {
   const std::string commit = PublishWithoutCommit(2);
-  // The same records in another container (one more metadata key): every digest holds, but the
-  // bytes are not the ones the manifest names.
   const std::string path = PayloadPaths(2).front();
   const std::string good = ReadAll(path);
-  auto parsed = Payload::Parse(reinterpret_cast<const uint8_t*>(good.data()), good.size(), path);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  PayloadBuilder builder(Metadata{{"planted", "yes"}});
-  for (const RecordHeader& r : parsed->records()) {
-    builder.Add(r, parsed->record_bytes(r), r.data_end - r.data_begin);
-  }
-  auto other = builder.Finish();
-  ASSERT_TRUE(other.ok());
-  WriteAll(path, std::string(other->begin(), other->end()));
+  WriteAll(path, OtherContainer(good, path));
   ExpectOneReadAgain(path, good, commit);
 }
 

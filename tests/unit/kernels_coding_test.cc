@@ -171,7 +171,7 @@ TEST(GatherScatter, OverwriteAndXorMatchTheDefinition) {
                       fused_planes.data());
       EXPECT_EQ(fused_planes, planes) << "elem " << es << " k " << k;
 
-      // Overwrite and xor both turn old into new at the positions and leave the rest alone.
+      // Overwrite, xor and swap turn old into new at the positions and leave the rest alone.
       std::vector<uint8_t> want = old_bits;
       for (uint64_t p : positions) std::memcpy(&want[p * es], &new_bits[p * es], es);
       std::vector<uint8_t> by_overwrite = old_bits;
@@ -182,6 +182,18 @@ TEST(GatherScatter, OverwriteAndXorMatchTheDefinition) {
       EXPECT_EQ(by_xor, want) << "elem " << es;
       ScatterXor(by_xor.data(), es, positions.data(), k, xors.data());
       EXPECT_EQ(by_xor, old_bits) << "xor twice is the identity";
+      std::vector<uint8_t> by_swap = old_bits;
+      std::vector<uint8_t> swapped = values;
+      ScatterSwap(by_swap.data(), es, positions.data(), k, swapped.data());
+      EXPECT_EQ(by_swap, want) << "elem " << es;
+      std::vector<uint8_t> old_values(k * es);
+      for (uint64_t j = 0; j < k; ++j) {
+        std::memcpy(&old_values[j * es], &old_bits[positions[j] * es], es);
+      }
+      EXPECT_EQ(swapped, old_values) << "the old bits come out";
+      ScatterSwap(by_swap.data(), es, positions.data(), k, swapped.data());
+      EXPECT_EQ(by_swap, old_bits) << "swapped twice is the identity";
+      EXPECT_EQ(swapped, values);
     }
   }
 }

@@ -77,8 +77,9 @@ class REFIT_API Receiver {
   // state stay in state_dir). Each tensor is matched by name against the receiver's tensors
   // (canonical names, or its layout's shards: e.g. vLLM's fused qkv_proj / gate_up_proj and
   // vocab-parallel embeddings), with the same dtype and shape, else one error naming it; memory
-  // must be contiguous, writable and stay valid until the next Attach or the receiver's end.
-  // `loaded_version`: the version the caller loaded into that memory (e.g. after a restart). It
+  // must be contiguous, writable and stay valid until the next Attach or the receiver's end
+  // (with receiver.write_early, changes written before their commit are put back there when
+  // the version does not commit them). `loaded_version`: the version the caller loaded into that memory (e.g. after a restart). It
   // is taken only if it is the receiver's committed version and the attached bits hash to what
   // the receiver recorded for it; otherwise the receiver asks for a full sync.
   Status Attach(const std::vector<TensorView>& tensors,

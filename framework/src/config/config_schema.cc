@@ -78,6 +78,10 @@ std::vector<ConfigKeySpec> ReceiverSpecs() {
        "while the next version's commit is not there, decode and verify its payloads already "
        "present against the model (nothing is written before the commit): at most this many "
        "bytes of computed changes plus the payloads held; 0: off"},
+      {"receiver.write_early", REFIT_CFG_BOOL, "false",
+       "attached memory only: write each payload computed early into the memory at once (for an "
+       "engine that does not read its weights during a sync), put back if its commit does not "
+       "name those bytes"},
       {"receiver.rank", REFIT_CFG_INT, "0", "this receiver's shard rank in its layout"},
       {"receiver.world", REFIT_CFG_INT, "1", "number of receiver shards (ranks) of the layout"},
       {"receiver.threads", REFIT_CFG_INT, "0",

@@ -421,6 +421,11 @@ struct Window {
   kernels::PositionList listed_positions;
   kernels::ValueList listed_values;
   std::vector<WindowRecord> records;  // filled when the window is staged to the log
+  // Swapped into its targets before the commit (ComputeEarly's write_in_place): the changes'
+  // values hold the targets' old bits. early_targets[i]: record first+i's target, a copy (the
+  // tensor list it was computed over is gone by the commit); no data for none.
+  bool written_early = false;
+  std::vector<TensorView> early_targets;
   double compute_seconds = 0;
   // Thread seconds spent writing the previous window's changes in this window's compute section
   // (PreviousWindowWrite).
@@ -521,6 +526,8 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
     c.logged_before = false;
     c.decode_seconds = c.verify_seconds = 0;
   }
+  w.written_early = false;
+  w.early_targets.clear();
   CutListSlices(payload, checked, logged_before, w);
   std::vector<Status> failures(w.end - w.first);
   const size_t stripes = sink.pool == nullptr ? 1 : std::min(sink.threads, w.end - w.first);
@@ -564,6 +571,51 @@ Status ComputeWindow(const Payload& payload, const std::vector<CheckedRecord>& c
   for (double seconds : write_seconds) w.write_thread_seconds += seconds;
   for (const Status& st : failures) REFIT_RETURN_NOT_OK(st);
   return Status::OK();
+}
+
+// A record's changed values, writable: they lie in the window's own buffers.
+uint8_t* MutableValues(RecordChanges& c) {
+  return c.values == c.listed_values ? c.listed_values : c.own_values.data();
+}
+
+// Exchanges the changed elements of a box with `values` (attached memory: plain stores).
+void SwapBox(const TensorView& tensor, const Box& box, uint32_t elem, const uint64_t* positions,
+             uint64_t count, uint8_t* values) {
+  uint8_t* bytes = tensor.bytes();
+  if (BoxIsContiguous(tensor.shape, box)) {
+    kernels::ScatterSwap(bytes + BoxStartElement(tensor.shape, box) * elem, elem, positions, count,
+                         values);
+    return;
+  }
+  uint8_t old_bits[8];
+  for (uint64_t i = 0; i < count; ++i) {
+    uint8_t* at = bytes + BoxElementIndex(tensor.shape, box, positions[i]) * elem;
+    std::memcpy(old_bits, at, elem);
+    std::memcpy(at, values + i * elem, elem);
+    std::memcpy(values + i * elem, old_bits, elem);
+  }
+}
+
+// Swaps a window written early with its targets, on `stripes` threads of `pool`: the first time
+// its changes go in and its buffers get the old bits, the second time both are back.
+void SwapWindow(Window& w, WorkerPool* pool, size_t stripes) {
+  const size_t count = w.early_targets.size();
+  stripes = pool == nullptr ? 1 : std::max<size_t>(1, std::min(stripes, count));
+  RunStripes(pool, stripes, [&](size_t k) {
+    for (size_t i = k; i < count; i += stripes) {
+      RecordChanges& c = w.changes[i];
+      if (w.early_targets[i].data == nullptr || c.count == 0) continue;
+      SwapBox(w.early_targets[i], w.records[i].box, w.records[i].elem, c.positions, c.count,
+              MutableValues(c));
+    }
+  });
+}
+
+// A window written early that the commit did not take: its targets' old bits go back.
+void PutBackEarly(Window& w) {
+  if (!w.written_early) return;
+  SwapWindow(w, nullptr, 1);
+  w.written_early = false;
 }
 
 // Keeps where a computed window's records land (a window may outlive its payload as the tail).
@@ -684,7 +736,17 @@ void ReturnWindow(WindowStash* stash, std::unique_ptr<Window> w) {
 
 }  // namespace
 
+namespace {
+// Windows [from, end) of `early` put back, last first.
+void PutBackEarlyFrom(EarlyWindows& early, size_t from) {
+  for (size_t i = early.windows.size(); i-- > from;) PutBackEarly(*early.windows[i]);
+}
+}  // namespace
+
 void EarlyWindowsDeleter::operator()(EarlyWindows* early) const {
+  // Windows written before the commit that no apply took (a version that did not commit these
+  // bytes): their targets get the old bits back.
+  PutBackEarlyFrom(*early, 0);
   for (std::unique_ptr<Window>& w : early->windows) ReturnWindow(early->stash, std::move(w));
   delete early;
 }
@@ -826,8 +888,14 @@ Status ApplyLogged(const Payload& payload, const std::vector<CheckedRecord>& che
 // applied. written[i]: record i is done here.
 Status WriteEarlyUnlogged(const Payload& payload, const std::vector<CheckedRecord>& checked,
                           ApplySink& sink, ApplyStats* stats, std::vector<bool>& written) {
-  for (std::unique_ptr<Window>& w : sink.early->windows) {
-    if (w->end > checked.size() || w->first >= w->end) break;
+  std::vector<std::unique_ptr<Window>>& windows = sink.early->windows;
+  for (size_t index = 0; index < windows.size(); ++index) {
+    std::unique_ptr<Window>& w = windows[index];
+    if (w->end > checked.size() || w->first >= w->end) {
+      // Not this payload's windows: those written early go back before its records are applied.
+      PutBackEarlyFrom(*sink.early, index);
+      break;
+    }
     KeepTargets(payload, checked, *w);
     const size_t count = w->end - w->first;
     std::vector<std::string> ids(count);
@@ -835,7 +903,10 @@ Status WriteEarlyUnlogged(const Payload& payload, const std::vector<CheckedRecor
       ids[i] = LogId(payload.label(), w->first + i);
       w->changes[i].logged_before = sink.applied_ids->count(ids[i]) != 0;  // not written again
     }
-    const std::vector<Status> failed = WriteWindowChanges(sink, *w, stats);
+    // Written before the commit (receiver.write_early): taken as written.
+    const std::vector<Status> failed =
+        w->written_early ? std::vector<Status>(count) : WriteWindowChanges(sink, *w, stats);
+    w->written_early = false;
     for (size_t i = 0; i < count; ++i) {
       const WindowRecord& r = w->records[i];
       written[w->first + i] = true;
@@ -871,6 +942,12 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
     REFIT_RETURN_NOT_OK(sink->before_write());
   }
   if (sink != nullptr && sink->journal != nullptr) {
+    if (sink->early != nullptr &&
+        std::any_of(sink->early->windows.begin(), sink->early->windows.end(),
+                    [](const auto& w) { return w->written_early; })) {
+      return Status::Internal(payload.label() +
+                              ": changes written before the commit into a logged model");
+    }
     return ApplyLogged(payload, checked, *sink, scratch, stats);
   }
   std::vector<bool> written_early;
@@ -905,10 +982,27 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
   return failed == nullptr ? Status::OK() : failed->status;
 }
 
+namespace {
+
+// Swaps a verified window's changes into its targets before the commit (ComputeEarly's
+// write_in_place), keeping a copy of each target's view to swap them back.
+void WriteWindowEarly(const Payload& payload, const std::vector<CheckedRecord>& checked,
+                      const ApplySink& sink, Window& w) {
+  KeepTargets(payload, checked, w);
+  w.early_targets.assign(w.end - w.first, TensorView{});
+  for (size_t i = w.first; i < w.end; ++i) {
+    if (checked[i].tensor != nullptr) w.early_targets[i - w.first] = *checked[i].tensor;
+  }
+  SwapWindow(w, sink.pool, sink.threads);
+  w.written_early = true;
+}
+
+}  // namespace
+
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
-                                     ApplyScratch& scratch, WindowStash* stash,
+                                     bool write_in_place, ApplyScratch& scratch, WindowStash* stash,
                                      uint64_t* held_bytes) {
   *held_bytes = 0;
   REFIT_ASSIGN_OR_RAISE(std::vector<CheckedRecord> checked,
@@ -930,6 +1024,7 @@ Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& enco
     w.first = first;
     w.end = end;
     REFIT_RETURN_NOT_OK(ComputeWindow(payload, checked, logged_before, order, sink, scratch, w));
+    if (write_in_place) WriteWindowEarly(payload, checked, sink, w);
     *held_bytes += declared;
     first = w.end;
   }

@@ -128,15 +128,19 @@ Status ApplyPayload(const Payload& payload, EncodingCache& encodings, const Tens
                     ApplySink* sink = nullptr);
 
 // Validates the payload's records like ApplyPayload and computes (decodes and digest-verifies)
-// its windows in order until the next would hold more than `max_held_bytes` of changes; writes
-// nothing. *held_bytes: what the returned windows hold. A record that fails its digest (the
-// payload is not a delta on these bits) fails the whole call. `scratch` as ApplyPayload's;
-// windows are taken from `stash` (may be null) and go back there when the result is dropped.
+// its windows in order until the next would hold more than `max_held_bytes` of changes.
+// *held_bytes: what the returned windows hold. A record that fails its digest (the payload is not
+// a delta on these bits) fails the whole call. `scratch` as ApplyPayload's; windows are taken
+// from `stash` (may be null) and go back there when the result is dropped.
+// Nothing is written, unless `write_in_place` (attached memory, receiver.write_early): then each
+// window's changes are swapped into their targets once verified (its buffers keep the old
+// bits), ApplyPayload takes them as written, and a result dropped without ApplyPayload taking it
+// swaps the old bits back, last window first. The targets' memory must outlive the result.
 Result<EarlyWindowsPtr> ComputeEarly(const Payload& payload, EncodingCache& encodings,
                                      const TensorResolver& resolve, uint64_t max_record_bytes,
                                      WorkerPool* pool, size_t threads, uint64_t max_held_bytes,
-                                     ApplyScratch& scratch, WindowStash* stash,
-                                     uint64_t* held_bytes);
+                                     bool write_in_place, ApplyScratch& scratch,
+                                     WindowStash* stash, uint64_t* held_bytes);
 // The windows of `early` (0 for none).
 size_t EarlyWindowCount(const EarlyWindows* early);
 

@@ -169,7 +169,14 @@ struct Receiver::Impl {
     std::vector<uint8_t> bytes;
     uint64_t xxh3 = 0;
     internal::EarlyWindowsPtr windows;  // null: a full sync's, its bytes only
+    // Its windows' changes are in attached memory already (receiver.write_early): the n-th
+    // payload written so (0: none). Dropped, it swaps the old bits back.
+    uint64_t written_seq = 0;
   };
+  // receiver.write_early: attached memory gets each payload's computed changes before the
+  // commit (an engine that does not read its weights during a sync).
+  bool write_early = false;
+  uint64_t early_writes = 0;
   uint64_t early_bytes = 0;
   uint64_t early_version = 0;
   uint64_t early_held = 0;
@@ -436,7 +443,37 @@ struct Receiver::Impl {
         std::string("the model file is read ") + (in_place ? "in place" : "with pread") + costs);
   }
 
+  // The payloads written early go back (their targets' old bits swapped in again), last written
+  // first: a later one may hold the first one's bits as its old ones.
+  void PutBackWrittenEarly() {
+    std::vector<std::map<std::string, EarlyPayload>::iterator> written;
+    for (auto it = early.begin(); it != early.end(); ++it) {
+      if (it->second.written_seq != 0) written.push_back(it);
+    }
+    std::sort(written.begin(), written.end(), [](const auto& a, const auto& b) {
+      return a->second.written_seq > b->second.written_seq;
+    });
+    for (const auto& it : written) early.erase(it);  // EarlyWindowsDeleter swaps them back
+  }
+
+  // Payloads written early stay only where this commit is a delta on our version that names
+  // every one of them with the same bytes; else all go back before anything of it is applied.
+  void PutBackEarlyUnlessNamed(const Commit& c, const std::vector<Manifest>& manifests) {
+    bool named = !c.full && c.version == early_version;
+    for (const auto& [key, e] : early) {
+      if (!named) break;
+      if (e.written_seq == 0) continue;
+      bool found = false;
+      for (const Manifest& m : manifests) {
+        for (const PayloadRef& p : m.payloads) found = found || (p.key == key && SameBytes(e, p));
+      }
+      named = found;
+    }
+    if (!named) PutBackWrittenEarly();
+  }
+
   void DropEarly() {
+    PutBackWrittenEarly();
     early.clear();
     early_seen.clear();
     early_held = 0;
@@ -485,11 +522,13 @@ struct Receiver::Impl {
     std::vector<TensorView> tensors = ModelTensors();
     REFIT_ASSIGN_OR_RAISE(internal::TensorResolver resolve, ResolverOver(tensors));
     uint64_t held = 0;
+    const bool write = attached && write_early;
     REFIT_ASSIGN_OR_RAISE(
         e.windows, internal::ComputeEarly(payload, *encodings, resolve, apply_bytes, pool.get(),
-                                          threads, early_bytes - early_held - e.bytes.size(),
+                                          threads, early_bytes - early_held - e.bytes.size(), write,
                                           scratch, window_stash.get(), &held));
     if (internal::EarlyWindowCount(e.windows.get()) == 0) return Status::OK();
+    if (write) e.written_seq = ++early_writes;
     return KeepEarly(key, std::move(e), held);
   }
 
@@ -519,13 +558,18 @@ struct Receiver::Impl {
     if (v != early_version) return false;
     auto it = early.find(p.key);
     if (it == early.end()) return false;
-    const std::vector<uint8_t>& bytes = it->second.bytes;
-    if (bytes.size() == p.bytes && it->second.xxh3 == p.xxh3 &&
-        (p.sha256.empty() || internal::Sha256Hex(bytes.data(), bytes.size()) == p.sha256)) {
-      return true;
+    if (SameBytes(it->second, p)) return true;
+    if (it->second.written_seq != 0) {
+      PutBackWrittenEarly();  // all of them: see PutBackEarlyUnlessNamed
+    } else {
+      early.erase(it);
     }
-    early.erase(it);
     return false;
+  }
+
+  static bool SameBytes(const EarlyPayload& e, const PayloadRef& p) {
+    return e.bytes.size() == p.bytes && e.xxh3 == p.xxh3 &&
+           (p.sha256.empty() || internal::Sha256Hex(e.bytes.data(), e.bytes.size()) == p.sha256);
   }
 
   // With a redo log, each payload's last window lands while the next payload is computed
@@ -831,6 +875,7 @@ struct Receiver::Impl {
     stats.full = c.full;
     prefetched.clear();
     REFIT_ASSIGN_OR_RAISE(std::vector<Manifest> manifests, ReadManifests(c));
+    PutBackEarlyUnlessNamed(c, manifests);
     if (c.full) {
       REFIT_RETURN_NOT_OK(ApplyFull(c, manifests, &stats));
       applying = 0;
@@ -953,6 +998,7 @@ struct Receiver::Impl {
   // Asks the senders for a full sync; `failed`: the version given up on (a sender whose last
   // version was full takes only such a request as its answer).
   Status RequestFull(const std::string& why, uint64_t failed = 0) {
+    PutBackWrittenEarly();  // the memory waits for a full sync: what was written early goes back
     if (!asked_full || failed != 0) {
       json j = {{"receiver", id}, {"version", version}, {"reason", why}};
       if (failed != 0) j["abandoned"] = failed;
@@ -1004,7 +1050,10 @@ struct Receiver::Impl {
 };
 
 Receiver::Receiver() : impl_(std::make_unique<Impl>()) {}
-Receiver::~Receiver() = default;
+Receiver::~Receiver() {
+  // Attached memory stays valid until here: what was written early goes back, last first.
+  if (impl_ != nullptr) impl_->DropEarly();
+}
 
 Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
                                                  std::shared_ptr<Registry> registry) {
@@ -1028,6 +1077,7 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
                         m.config.GetBool("receiver.verify_payloads_first", false));
   REFIT_ASSIGN_OR_RAISE(m.max_model_bytes, m.config.GetSize("receiver.max_model_bytes", 0));
   REFIT_ASSIGN_OR_RAISE(m.early_bytes, m.config.GetSize("receiver.early_bytes", 256ull << 20));
+  REFIT_ASSIGN_OR_RAISE(m.write_early, m.config.GetBool("receiver.write_early", false));
   REFIT_ASSIGN_OR_RAISE(int64_t threads, m.config.GetInt("receiver.threads", 0));
   m.threads = internal::ResolveThreadCount(threads);
   if (m.threads > 1) m.pool = std::make_unique<internal::WorkerPool>(m.threads - 1);
@@ -1060,6 +1110,8 @@ Result<std::unique_ptr<Receiver>> Receiver::Make(const Config& config,
 Status Receiver::Attach(const std::vector<TensorView>& tensors,
                         std::optional<uint64_t> loaded_version) {
   Impl& m = *impl_;
+  // What was written early goes back into the memory attached so far (valid until this call).
+  m.DropEarly();
   std::set<std::string> names;
   for (const TensorView& t : tensors) {
     if (t.name.empty()) return Status::Invalid("Attach: a tensor has an empty name");

@@ -114,6 +114,10 @@ void XorPlanesOfValues(const uint8_t* old_values, const uint8_t* new_values, uin
 // bits[positions[j]] = values[j]
 void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                       const uint8_t* values);
+// Exchanges bits[positions[j]] and values[j]: the new bits go in, the old ones come out (done
+// twice, both are as they were).
+void ScatterSwap(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
+                 uint8_t* values);
 // bits[positions[j]] ^= values[j]
 void ScatterXor(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                 const uint8_t* values);
