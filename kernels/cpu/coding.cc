@@ -312,46 +312,45 @@ void XorPlanesOfValues(const uint8_t* old_values, const uint8_t* new_values, uin
   });
 }
 
-void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
-                      const uint8_t* values) {
+namespace {
+// Calls fn(p, j, U{}) for each j < k, p the element positions[j] of `bits` and U the unsigned
+// integer of elem_size bytes, prefetching the elements ahead (they are far apart).
+template <typename Fn>
+void ForEachScattered(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
+                      Fn&& fn) {
   auto* dst = static_cast<uint8_t*>(bits);
   ByElem(elem_size, [&](auto tag) {
     using U = decltype(tag);
     ForEachPrefetched(
         k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
-        [&](uint64_t j) {
-          StoreLE<U>(dst + positions[j] * sizeof(U), LoadLE<U>(values + j * sizeof(U)));
-        });
+        [&](uint64_t j) { fn(dst + positions[j] * sizeof(U), j, tag); });
+  });
+}
+}  // namespace
+
+void ScatterOverwrite(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
+                      const uint8_t* values) {
+  ForEachScattered(bits, elem_size, positions, k, [&](uint8_t* p, uint64_t j, auto tag) {
+    using U = decltype(tag);
+    StoreLE<U>(p, LoadLE<U>(values + j * sizeof(U)));
   });
 }
 
 void ScatterSwap(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                  uint8_t* values) {
-  auto* dst = static_cast<uint8_t*>(bits);
-  ByElem(elem_size, [&](auto tag) {
+  ForEachScattered(bits, elem_size, positions, k, [&](uint8_t* p, uint64_t j, auto tag) {
     using U = decltype(tag);
-    ForEachPrefetched(
-        k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
-        [&](uint64_t j) {
-          uint8_t* p = dst + positions[j] * sizeof(U);
-          const U old_bits = LoadLE<U>(p);
-          StoreLE<U>(p, LoadLE<U>(values + j * sizeof(U)));
-          StoreLE<U>(values + j * sizeof(U), old_bits);
-        });
+    const U old_bits = LoadLE<U>(p);
+    StoreLE<U>(p, LoadLE<U>(values + j * sizeof(U)));
+    StoreLE<U>(values + j * sizeof(U), old_bits);
   });
 }
 
 void ScatterXor(void* bits, uint32_t elem_size, const uint64_t* positions, uint64_t k,
                 const uint8_t* values) {
-  auto* dst = static_cast<uint8_t*>(bits);
-  ByElem(elem_size, [&](auto tag) {
+  ForEachScattered(bits, elem_size, positions, k, [&](uint8_t* p, uint64_t j, auto tag) {
     using U = decltype(tag);
-    ForEachPrefetched(
-        k, [&](uint64_t ahead) { __builtin_prefetch(dst + positions[ahead] * sizeof(U), 1); },
-        [&](uint64_t j) {
-          uint8_t* p = dst + positions[j] * sizeof(U);
-          StoreLE<U>(p, static_cast<U>(LoadLE<U>(p) ^ LoadLE<U>(values + j * sizeof(U))));
-        });
+    StoreLE<U>(p, static_cast<U>(LoadLE<U>(p) ^ LoadLE<U>(values + j * sizeof(U))));
   });
 }
 
