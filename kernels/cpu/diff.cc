@@ -562,31 +562,56 @@ using PatchFn = bool (*)(uint8_t*, uint64_t, uint64_t, const uint64_t*, uint64_t
 
 }  // namespace
 
+PatchedDigester::PatchedDigester(const void* old_bits, uint64_t n, uint32_t elem_size,
+                                 const uint64_t* positions, const void* values, uint64_t capacity)
+    : old_(static_cast<const uint8_t*>(old_bits)),
+      n_(n),
+      elem_(elem_size),
+      elem_index_(ElemIndex(elem_size)),
+      positions_(positions),
+      values_(static_cast<const uint8_t*>(values)),
+      capacity_(capacity),
+      per_block_(elem_size == 0 ? 1 : kBlockBytes / elem_size),
+      valid_(elem_index_ >= 0) {}
+
+// Digests elements [first_, first_ + m) with the changes among the first `listed` that fall in
+// them patched in (copied into block_, which stays in L1 between the copy, the patches and the
+// digest); an unchanged block is digested where it is.
+void PatchedDigester::DigestBlock(uint64_t m, uint64_t listed) {
+  constexpr PatchFn kPatch[4] = {&PatchBlock<1>, &PatchBlock<2>, &PatchBlock<4>, &PatchBlock<8>};
+  const uint64_t first = first_;
+  first_ += m;
+  // A change below this block was listed after the block before it was digested.
+  next_allowed_ = std::max(next_allowed_, first);
+  if (k_ < listed && positions_[k_] < first) valid_ = false;
+  if (!valid_) return;
+  if (k_ == listed || positions_[k_] >= first + m) {
+    digest_.Update(old_ + first * elem_, m * elem_);
+    return;
+  }
+  std::memcpy(block_, old_ + first * elem_, m * elem_);
+  valid_ = kPatch[elem_index_](block_, first, first + m, positions_, listed, values_, &k_,
+                               &next_allowed_);
+  if (valid_) digest_.Update(block_, m * elem_);
+}
+
+void PatchedDigester::Advance(uint64_t done, uint64_t listed) {
+  listed = std::min(listed, capacity_);
+  done = std::min(done, n_);
+  while (valid_ && first_ < done && done - first_ >= per_block_) DigestBlock(per_block_, listed);
+}
+
+PatchedDigest PatchedDigester::Finish(uint64_t count) {
+  count = std::min(count, capacity_);
+  while (valid_ && first_ < n_) DigestBlock(std::min(per_block_, n_ - first_), count);
+  if (!valid_) return {};
+  return {digest_.Final(), k_ == count};
+}
+
 PatchedDigest DigestPatched(const void* old_bits, uint64_t n, uint32_t elem_size,
                             const uint64_t* positions, uint64_t count, const void* values) {
-  constexpr PatchFn kPatch[4] = {&PatchBlock<1>, &PatchBlock<2>, &PatchBlock<4>, &PatchBlock<8>};
-  const int e = ElemIndex(elem_size);
-  if (e < 0) return {};
-  // Small enough to stay in L1 between the copy, the patches and the digest.
-  constexpr uint64_t kBlockBytes = uint64_t{16} << 10;
-  alignas(64) uint8_t block[kBlockBytes];
-  const uint64_t per_block = kBlockBytes / elem_size;
-  const auto* old = static_cast<const uint8_t*>(old_bits);
-  const auto* vals = static_cast<const uint8_t*>(values);
-  DigestStream digest;
-  uint64_t k = 0;
-  uint64_t next_allowed = 0;
-  for (uint64_t first = 0; first < n; first += per_block) {
-    const uint64_t m = std::min(per_block, n - first);
-    if (k == count || positions[k] >= first + m) {  // unchanged: digested where it is
-      digest.Update(old + first * elem_size, m * elem_size);
-      continue;
-    }
-    std::memcpy(block, old + first * elem_size, m * elem_size);
-    if (!kPatch[e](block, first, first + m, positions, count, vals, &k, &next_allowed)) return {};
-    digest.Update(block, m * elem_size);
-  }
-  return {digest.Final(), k == count};
+  PatchedDigester digester(old_bits, n, elem_size, positions, values, count);
+  return digester.Finish(count);
 }
 
 uint64_t DiffPositions(const void* old_bits, const void* new_bits, uint64_t n, uint32_t elem_size,

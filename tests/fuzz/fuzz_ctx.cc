@@ -91,9 +91,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     old_target.bits = old.data();
     std::vector<uint64_t> listed_positions(kElems);
     std::vector<uint8_t> listed_values(bytes);
-    const refit::Result<uint64_t> listed =
-        refit::ctx::DecodeChangesAt(level, payload.data(), payload.size(), old_target,
-                                    listed_positions.data(), listed_values.data(), kElems);
+    // The progress reports (the host's in-cache verification), checked once the listing is in.
+    std::vector<std::pair<uint64_t, uint64_t>> reports;
+    refit_decoded_changes_t hook{};
+    hook.struct_size = sizeof(hook);
+    hook.progress = [](void* user, uint64_t done, uint64_t count) {
+      static_cast<std::vector<std::pair<uint64_t, uint64_t>>*>(user)->emplace_back(done, count);
+    };
+    hook.progress_user = &reports;
+    const refit::Result<uint64_t> listed = refit::ctx::DecodeChangesAt(
+        level, payload.data(), payload.size(), old_target, listed_positions.data(),
+        listed_values.data(), kElems, refit::sdk::ListProgress::Of(hook));
     FUZZ_CHECK(old == initial, "%s listing wrote the old bits",
                refit::kernels::SimdLevelName(level));
     FUZZ_CHECK(listed.status().ToString() == st.ToString(), "%s listing says '%s', decode '%s'",
@@ -109,6 +117,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       FUZZ_CHECK(std::memcmp(old.data(), buf.data() + kGuardBytes, bytes) == 0,
                  "%s listed changes differ from the decode", refit::kernels::SimdLevelName(level));
+      uint64_t below = 0;
+      for (size_t r = 0; r < reports.size(); ++r) {
+        const auto [done, count] = reports[r];
+        FUZZ_CHECK(r == 0 || (done >= reports[r - 1].first && count >= reports[r - 1].second),
+                   "progress went back");
+        while (below < listed.value() && listed_positions[below] < done) ++below;
+        FUZZ_CHECK(below <= count && count <= listed.value(),
+                   "progress reported %llu listed below %llu, but %llu changes lie below it",
+                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(below));
+      }
     }
   }
   if (!st.ok()) {

@@ -92,6 +92,26 @@ Case MakeCase(int32_t dtype, uint64_t n, double density, uint64_t seed, bool wid
 
 std::string Name(SimdLevel level) { return kernels::SimdLevelName(level); }
 
+// Each progress report (done, listed) of an accepted listing never goes back, and every listed
+// change below `done` is among the first `listed`, which were stored by then.
+void ExpectProgressHolds(const std::vector<std::pair<uint64_t, uint64_t>>& reports,
+                         const std::vector<uint64_t>& positions, uint64_t count,
+                         const std::string& what) {
+  uint64_t below = 0;  // listed changes below the report's `done`
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const auto [done, listed] = reports[i];
+    if (i > 0) {
+      ASSERT_GE(done, reports[i - 1].first) << what;
+      ASSERT_GE(listed, reports[i - 1].second) << what;
+    }
+    ASSERT_LE(listed, positions.size()) << what;
+    if (count == 0) continue;
+    while (below < count && positions[below] < done) ++below;
+    ASSERT_LE(below, listed) << what << ": progress reported done " << done << " with " << listed
+                             << " listed, but " << below << " changes lie below it";
+  }
+}
+
 // DecodeChangesAt at `level` lists what DecodeAt did in place: the same verdict (decoded_status)
 // and, when accepted, strictly ascending positions whose values patched into the old bits give
 // decoded_bits; the old bits are only read.
@@ -107,8 +127,17 @@ void ExpectListedChangesMatch(SimdLevel level, const Case& c, const std::vector<
   t.bits = const_cast<uint8_t*>(old.data());
   std::vector<uint64_t> positions(c.n());
   std::vector<uint8_t> values(c.n() * c.elem_size);
-  Result<uint64_t> count = ctx::DecodeChangesAt(level, payload.data(), payload.size(), t,
-                                                positions.data(), values.data(), c.n());
+  std::vector<std::pair<uint64_t, uint64_t>> reports;  // (done, listed) per progress call
+  refit_decoded_changes_t hook{};
+  hook.struct_size = sizeof(hook);
+  hook.progress = [](void* user, uint64_t done, uint64_t listed) {
+    static_cast<std::vector<std::pair<uint64_t, uint64_t>>*>(user)->emplace_back(done, listed);
+  };
+  hook.progress_user = &reports;
+  Result<uint64_t> count =
+      ctx::DecodeChangesAt(level, payload.data(), payload.size(), t, positions.data(),
+                           values.data(), c.n(), sdk::ListProgress::Of(hook));
+  ExpectProgressHolds(reports, positions, count.ok() ? *count : 0, what + " " + Name(level));
   ASSERT_TRUE(old == c.old_bits) << what << ": " << Name(level) << " listing wrote the old bits";
   ASSERT_EQ(count.status().ToString(), decoded_status.ToString())
       << what << ": " << Name(level) << " listing and in-place decode disagree";
@@ -236,6 +265,20 @@ TEST(CtxLevels, LargeRecordsTakeTheTableFormAtEveryLevel) {
     ASSERT_TRUE(size.ok()) << size.status().ToString();
     EXPECT_EQ(out[5], 2) << "expected the table form";
     ExpectLevelsAgree(c, "large, dtype " + std::to_string(dtype));
+    // The table form's walks report their progress as they go (per chunk of elements, or per
+    // batch of changes where one slot holds every class), so the host verifies in cache.
+    refit_decoded_changes_t hook{};
+    hook.struct_size = sizeof(hook);
+    uint64_t reports = 0;
+    hook.progress = [](void* user, uint64_t, uint64_t) { ++*static_cast<uint64_t*>(user); };
+    hook.progress_user = &reports;
+    std::vector<uint64_t> positions(c.n());
+    std::vector<uint8_t> values(c.n() * c.elem_size);
+    std::vector<uint8_t> old = c.old_bits;
+    ASSERT_TRUE(ctx::DecodeChanges(out.data(), *size, c.Target(&old), positions.data(),
+                                   values.data(), c.n(), sdk::ListProgress::Of(hook))
+                    .ok());
+    EXPECT_GE(reports, 4u) << "dtype " << dtype;
     if (HasFatalFailure()) return;
   }
 }

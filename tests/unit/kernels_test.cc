@@ -194,6 +194,59 @@ TEST(Digest, PatchedRefusesBadPositions) {
   }
 }
 
+// Digested as the changes are listed (decode_changes' progress), in steps of any size, the same
+// digest as at once: steps inside a block, on its edges and past several blocks.
+TEST(Digest, PatchedInStepsEqualsPatchedAtOnce) {
+  std::mt19937_64 rng(0x51e9);
+  for (uint32_t elem_size : {1u, 2u, 4u, 8u}) {
+    for (uint64_t n : {uint64_t{1}, uint64_t{8193}, uint64_t{300001}}) {
+      std::vector<uint8_t> old_bits(n * elem_size);
+      for (auto& b : old_bits) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> new_bits = old_bits;
+      Mutate(&new_bits, n, elem_size, 0.02, &rng);
+      new_bits[n * elem_size - 1] ^= 0x80;
+      const std::vector<uint64_t> positions = ReferencePositions(old_bits, new_bits, n, elem_size);
+      std::vector<uint8_t> values;
+      for (uint64_t p : positions) {
+        values.insert(values.end(), new_bits.begin() + p * elem_size,
+                      new_bits.begin() + (p + 1) * elem_size);
+      }
+      for (uint64_t step : {uint64_t{1000}, uint64_t{16384}, uint64_t{70000}}) {
+        PatchedDigester digester(old_bits.data(), n, elem_size, positions.data(), values.data(),
+                                 positions.size());
+        uint64_t listed = 0;
+        for (uint64_t done = step; done < n + step; done += step) {
+          while (listed < positions.size() && positions[listed] < done) ++listed;
+          digester.Advance(done, listed);
+        }
+        const PatchedDigest pd = digester.Finish(positions.size());
+        ASSERT_TRUE(pd.positions_valid) << elem_size << " " << n << " " << step;
+        EXPECT_EQ(pd.digest, Digest64(new_bits.data(), new_bits.size()));
+      }
+    }
+  }
+}
+
+// A change listed below a block already digested (the decoder said it was done with it) makes
+// the positions invalid: it is neither patched below the block buffer nor left out.
+TEST(Digest, PatchedInStepsRefusesAChangeListedAfterItsBlock) {
+  std::vector<uint8_t> old_bits(40000 * 2, 7);
+  const std::vector<uint64_t> positions = {3, 100, 20000};
+  const std::vector<uint8_t> values(6, 1);
+  PatchedDigester digester(old_bits.data(), 40000, 2, positions.data(), values.data(), 3);
+  digester.Advance(/*done=*/16384, /*listed=*/1);  // says 100 is not a change
+  digester.Advance(40000, 3);
+  EXPECT_FALSE(digester.Finish(3).positions_valid);
+  // Progress past the end and beyond the room is clamped, not read.
+  PatchedDigester past(old_bits.data(), 40000, 2, positions.data(), values.data(), 3);
+  past.Advance(UINT64_MAX, 1000);
+  const PatchedDigest pd = past.Finish(3);
+  EXPECT_TRUE(pd.positions_valid);
+  std::vector<uint8_t> patched = old_bits;
+  for (uint64_t p : positions) patched[2 * p] = patched[2 * p + 1] = 1;
+  EXPECT_EQ(pd.digest, Digest64(patched.data(), patched.size()));
+}
+
 TEST(Digest, KnownValue) {
   // xxh3-64 of the empty input (XXH3_64bits, no seed): the wire format depends on this exact
   // function.

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define REFIT_ABI_MAJOR 1
-#define REFIT_ABI_MINOR 6
+#define REFIT_ABI_MINOR 7
 #define REFIT_ENTRY_SYMBOL "refit_plugin_entry_v1"
 #define REFIT_MAX_DIMS 8
 
@@ -137,6 +137,14 @@ typedef struct refit_decoded_changes {
   uint64_t* positions; /* out: the changed elements' indices, strictly ascending */
   void* values;        /* out: their new bits, packed in position order (elem_size each) */
   uint64_t count;      /* out: how many were listed */
+  /* ABI 1.7 (read only when struct_size covers them; progress may be NULL): the host verifies a
+   * record while it is being listed. A decoder may call progress(progress_user, done, listed)
+   * whenever every change below element `done` is among the first `listed` it has stored, with
+   * arguments that never decrease; the host then digests those elements while they are still
+   * in its cache. Calls are optional: what no call covered is verified once decode_changes
+   * returns. */
+  void (*progress)(void* user, uint64_t done, uint64_t listed);
+  void* progress_user;
 } refit_decoded_changes_t;
 
 /* Capability flags of an encoding. */

@@ -274,9 +274,27 @@ uint64_t ListCapacity(const RecordHeader& r, uint64_t n) {
   return std::min<uint64_t>(r.changed, n);
 }
 
-// The encoding lists the record's changes against the old bits (decode_changes), which are then
-// verified by digesting the old bits with the changes patched in, block by block in cache: one
-// read pass, no copy of the record. Unsupported: this payload decodes in place only.
+// The record's verification while its changes are listed (decode_changes' progress, ABI 1.7):
+// each block of old bits is digested with its changes patched in just after the decoder read it.
+struct ListingVerify {
+  ListingVerify(const uint8_t* old_bits, uint64_t n, uint32_t elem, const uint64_t* positions,
+                const uint8_t* values, uint64_t capacity)
+      : digester(old_bits, n, elem, positions, values, capacity) {}
+  kernels::PatchedDigester digester;
+  double seconds = 0;  // spent digesting inside the decode
+};
+
+void OnListed(void* user, uint64_t done, uint64_t listed) {
+  auto* verify = static_cast<ListingVerify*>(user);
+  Stopwatch clock;
+  verify->digester.Advance(done, listed);
+  verify->seconds += clock.Seconds();
+}
+
+// The encoding lists the record's changes against the old bits (decode_changes), which are
+// verified by digesting the old bits with the changes patched in, block by block in cache: as
+// the encoding reports its progress (else once it returns), so the old bits are read once. No
+// copy of the record. Unsupported: this payload decodes in place only.
 Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
                    const uint8_t* old_bits, uint64_t n, const Stopwatch& decode,
                    RecordChanges* out) {
@@ -286,22 +304,24 @@ Status ListChanges(const Payload& payload, size_t index, const Encoding& enc,
   const uint64_t capacity = ListCapacity(r, n);
   // Read only: decode_changes never writes the target.
   const refit_decode_target_t old = RecordTarget(r, const_cast<uint8_t*>(old_bits), n);
+  ListingVerify verify(old_bits, n, elem, out->listed_positions, out->listed_values, capacity);
   refit_decoded_changes_t listed{};
   listed.struct_size = sizeof(listed);
   listed.capacity = capacity;
   listed.positions = out->listed_positions;
   listed.values = out->listed_values;
+  listed.progress = &OnListed;
+  listed.progress_user = &verify;
   Status st = enc.DecodeChanges(payload.record_bytes(r), r.data_end - r.data_begin, old, &listed);
   if (!st.ok())
     return st.code() == StatusCode::kUnsupported ? st : st.WithContext(RecordWhere(payload, index));
   out->positions = out->listed_positions;
   out->values = out->listed_values;
   out->count = listed.count;
-  out->decode_seconds = decode.Seconds();
-  Stopwatch verify;
-  const kernels::PatchedDigest pd =
-      kernels::DigestPatched(old_bits, n, elem, out->positions, out->count, out->values);
-  out->verify_seconds = verify.Seconds();
+  out->decode_seconds = decode.Seconds() - verify.seconds;
+  Stopwatch rest;
+  const kernels::PatchedDigest pd = verify.digester.Finish(listed.count);
+  out->verify_seconds = verify.seconds + rest.Seconds();
   if (!pd.positions_valid) {
     return Status::Internal(RecordWhere(payload, index) + ": encoding '" + enc.name() +
                             "' listed positions that are not ascending or fall outside the record");

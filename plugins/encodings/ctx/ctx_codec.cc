@@ -1429,6 +1429,7 @@ bool DecodeClassChanges(TableStreams& streams, const uint32_t* table, const uint
 struct InPlaceOut {
   uint8_t* bits;
   const uint8_t* old() const { return bits; }
+  void Progress(uint64_t /*done*/) {}
   template <typename T>
   CTX_INLINE void Put(uint64_t i, T v) {
     StoreElem<T>(bits, i, v);
@@ -1453,9 +1454,12 @@ struct ListedOut {
   uint8_t* values;
   uint64_t capacity;
   uint64_t count;
-  uint64_t* chunk_seen;   // a bit per element of a chunk, all clear between chunks
-  uint8_t* chunk_values;  // per element of a chunk: its new bits, where its bit is set
+  uint64_t* chunk_seen;        // a bit per element of a chunk, all clear between chunks
+  uint8_t* chunk_values;       // per element of a chunk: its new bits, where its bit is set
+  sdk::ListProgress progress;  // told after each chunk: the host verifies it while it is cached
   const uint8_t* old() const { return old_bits; }
+  // Every change below element `done` is listed.
+  CTX_INLINE void Progress(uint64_t done) { progress(done, std::min(count, capacity)); }
   template <typename T>
   CTX_INLINE void Put(uint64_t i, T v) {
     if (count < capacity) {
@@ -1486,6 +1490,7 @@ struct ListedOut {
       }
       chunk_seen[w] = 0;
     }
+    Progress(chunk + kChunkBlocks * kBlockElems);
   }
 };
 
@@ -1939,6 +1944,7 @@ void WalkDecodedJumps(const Header& h, const DTypeSpec& spec, const DecodedChang
                                     is_float));
     }
     j += count;
+    out.Progress(i);  // the next change is at i
   }
   cursor[0] = j;
 }
@@ -2354,14 +2360,16 @@ struct ListScratch {
 
 Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
                                const refit_decode_target_t& old, uint64_t* positions,
-                               uint8_t* values, uint64_t capacity) {
-  return DecodeChangesAt(kernels::ActiveSimdLevel(), payload, len, old, positions, values,
-                         capacity);
+                               uint8_t* values, uint64_t capacity,
+                               const sdk::ListProgress& progress) {
+  return DecodeChangesAt(kernels::ActiveSimdLevel(), payload, len, old, positions, values, capacity,
+                         progress);
 }
 
 Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                                  const refit_decode_target_t& old, uint64_t* positions,
-                                 uint8_t* values, uint64_t capacity) {
+                                 uint8_t* values, uint64_t capacity,
+                                 const sdk::ListProgress& progress) {
   REFIT_ASSIGN_OR_RAISE(ParsedPayload parsed, ParsePayload(payload, len, old));
   ListScratch& scratch = ThreadScratch<ListScratch>();
   ListedOut out{static_cast<const uint8_t*>(old.bits),
@@ -2370,7 +2378,8 @@ Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payloa
                 capacity,
                 0,
                 scratch.chunk_seen.data(),
-                scratch.chunk_values.data()};
+                scratch.chunk_values.data(),
+                progress};
   Status st;
   if (parsed.h.mode == kModeLiteral) {
     WithDType(old.dtype, *parsed.spec, [&](auto elem, auto /*cls*/) {

@@ -12,6 +12,7 @@
 
 #include "refit/kernels/dispatch.h"
 #include "refit/plugin_abi.h"
+#include "refit/sdk/encoding_util.hpp"
 #include "refit/status.h"
 
 namespace refit::ctx {
@@ -31,9 +32,12 @@ Status Decode(const uint8_t* payload, uint64_t len, const refit_decode_target_t&
 // Decodes a payload against the old bits in `old` (only read) into its changes: their positions,
 // strictly ascending, into positions[] and their new bits (elem_size each) into values[], both
 // of room for `capacity` changes; returns how many. A payload of more changes is refused.
+// `progress` is called after each chunk of elements (sdk::ListProgress: the host verifies it in
+// cache).
 Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
                                const refit_decode_target_t& old, uint64_t* positions,
-                               uint8_t* values, uint64_t capacity);
+                               uint8_t* values, uint64_t capacity,
+                               const sdk::ListProgress& progress = {});
 
 // How a coded (not literal) payload codes its changes: kAuto picks by record size (the adaptive
 // range coder for small records, static tables + rANS from 2^12 changes on); tests and fuzz seeds
@@ -52,6 +56,7 @@ Status DecodeAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                 const refit_decode_target_t& target);
 Result<uint64_t> DecodeChangesAt(kernels::SimdLevel level, const uint8_t* payload, uint64_t len,
                                  const refit_decode_target_t& old, uint64_t* positions,
-                                 uint8_t* values, uint64_t capacity);
+                                 uint8_t* values, uint64_t capacity,
+                                 const sdk::ListProgress& progress = {});
 
 }  // namespace refit::ctx

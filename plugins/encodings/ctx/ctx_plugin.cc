@@ -30,8 +30,9 @@ class CtxEncoding {
   }
   refit::Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
                                         const refit_decode_target_t& old, uint64_t* positions,
-                                        uint8_t* values, uint64_t capacity) const {
-    return refit::ctx::DecodeChanges(payload, len, old, positions, values, capacity);
+                                        uint8_t* values, uint64_t capacity,
+                                        const refit::sdk::ListProgress& progress) const {
+    return refit::ctx::DecodeChanges(payload, len, old, positions, values, capacity, progress);
   }
 };
 

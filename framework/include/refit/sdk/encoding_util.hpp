@@ -13,6 +13,32 @@
 
 namespace refit::sdk {
 
+// The host's progress hook of decode_changes (ABI 1.7): a decoder that lists in position order
+// calls it whenever every change below element `done` is among the first `listed` it stored
+// (arguments never decrease), so that the host verifies those elements while they are in
+// cache. A no-op where the host offers none.
+class ListProgress {
+ public:
+  ListProgress() = default;
+  static ListProgress Of(const refit_decoded_changes_t& changes) {
+    ListProgress p;
+    if (changes.struct_size >=
+        offsetof(refit_decoded_changes_t, progress_user) + sizeof(changes.progress_user)) {
+      p.fn_ = changes.progress;
+      p.user_ = changes.progress_user;
+    }
+    return p;
+  }
+  bool wanted() const { return fn_ != nullptr; }
+  void operator()(uint64_t done, uint64_t listed) const {
+    if (fn_ != nullptr) fn_(user_, done, listed);
+  }
+
+ private:
+  void (*fn_)(void* user, uint64_t done, uint64_t listed) = nullptr;
+  void* user_ = nullptr;
+};
+
 // *product = a * b; false (and *product unspecified) on overflow. Likewise CheckedAdd.
 inline bool CheckedMul(uint64_t a, uint64_t b, uint64_t* product) {
   return !__builtin_mul_overflow(a, b, product);

@@ -21,6 +21,8 @@
 //     refit::Result<uint64_t> DecodeChanges(const uint8_t* payload, uint64_t len,
 //                                           const refit_decode_target_t& old, uint64_t* positions,
 //                                           uint8_t* values, uint64_t capacity) const;
+//     // ...or the same with a last `const refit::sdk::ListProgress& progress` (ABI 1.7), called
+//     // as the listing goes on so that the host verifies in cache.
 //   };
 //   REFIT_PLUGIN("my-plugin", "0.1.0",
 //                refit::sdk::MakeEncoding<MyEncoding>("myenc", "what it does"))
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include "refit/plugin_abi.h"
+#include "refit/sdk/encoding_util.hpp"
 #include "refit/status.h"
 
 #if defined(_WIN32)
@@ -225,6 +228,17 @@ concept HasDecodeChanges = requires(const Impl& impl, const uint8_t* payload, ui
   { impl.DecodeChanges(payload, n, old, positions, values, n) } -> std::same_as<Result<uint64_t>>;
 };
 
+// The ABI 1.7 variant: DecodeChanges also takes the host's progress hook (ListProgress).
+template <class Impl>
+concept HasDecodeChangesWithProgress = requires(const Impl& impl, const uint8_t* payload,
+                                                uint64_t n, const refit_decode_target_t& old,
+                                                uint64_t* positions, uint8_t* values,
+                                                const ListProgress& progress) {
+  {
+    impl.DecodeChanges(payload, n, old, positions, values, n, progress)
+    } -> std::same_as<Result<uint64_t>>;
+};
+
 template <class Impl>
 concept HasWait = requires(Impl& impl, uint32_t timeout_ms) {
   { impl.Wait(timeout_ms) } -> std::same_as<Result<bool>>;
@@ -283,7 +297,14 @@ struct EncodingAdapter {
                            const refit_decode_target_t* old, refit_decoded_changes_t* changes,
                            refit_error_t* err) {
     return detail::Guard(err, [&] {
-      if constexpr (detail::HasDecodeChanges<Impl>) {
+      if constexpr (detail::HasDecodeChangesWithProgress<Impl>) {
+        Result<uint64_t> n = static_cast<const Impl*>(instance)->DecodeChanges(
+            payload, len, *old, changes->positions, static_cast<uint8_t*>(changes->values),
+            changes->capacity, ListProgress::Of(*changes));
+        if (!n.ok()) return detail::Report(err, n.status());
+        changes->count = n.value();
+        return static_cast<int>(REFIT_OK);
+      } else if constexpr (detail::HasDecodeChanges<Impl>) {
         Result<uint64_t> n = static_cast<const Impl*>(instance)->DecodeChanges(
             payload, len, *old, changes->positions, static_cast<uint8_t*>(changes->values),
             changes->capacity);
@@ -305,7 +326,9 @@ struct EncodingAdapter {
         &MaxEncodedSize,
         &Encode,
         &Decode,
-        detail::HasDecodeChanges<Impl> ? &DecodeChanges : nullptr};
+        detail::HasDecodeChanges<Impl> || detail::HasDecodeChangesWithProgress<Impl>
+            ? &DecodeChanges
+            : nullptr};
     return &vt;
   }
 };

@@ -75,4 +75,41 @@ class DigestStream {
   void (*update_)(void* state, const void* data, uint64_t len);
 };
 
+// DigestPatched while the changes are being listed (decode_changes' progress, ABI 1.7): each
+// Advance digests the blocks below element `done` with the first `listed` changes patched in,
+// just after the decoder read them (still in cache); Finish digests the rest. The same digest and
+// validity as DigestPatched; a change listed below a block already digested makes the positions
+// invalid.
+class PatchedDigester {
+ public:
+  // positions and values: the lists being filled, at most `capacity` changes.
+  PatchedDigester(const void* old_bits, uint64_t n, uint32_t elem_size, const uint64_t* positions,
+                  const void* values, uint64_t capacity);
+  PatchedDigester(const PatchedDigester&) = delete;
+  PatchedDigester& operator=(const PatchedDigester&) = delete;
+  // Every change below `done` is among the first `listed`; arguments never decrease.
+  void Advance(uint64_t done, uint64_t listed);
+  // All `count` changes are listed.
+  PatchedDigest Finish(uint64_t count);
+
+ private:
+  void DigestBlock(uint64_t m, uint64_t listed);
+
+  static constexpr uint64_t kBlockBytes = uint64_t{16} << 10;
+  const uint8_t* old_;
+  uint64_t n_;
+  uint32_t elem_;
+  int elem_index_;
+  const uint64_t* positions_;
+  const uint8_t* values_;
+  uint64_t capacity_;
+  uint64_t per_block_;
+  uint64_t first_ = 0;         // the next element to digest
+  uint64_t k_ = 0;             // the next change to patch in
+  uint64_t next_allowed_ = 0;  // the lowest position the next change may have
+  bool valid_;
+  DigestStream digest_;
+  alignas(64) uint8_t block_[kBlockBytes];
+};
+
 }  // namespace refit::kernels
