@@ -581,10 +581,9 @@ void PatchedDigester::DigestBlock(uint64_t m, uint64_t listed) {
   constexpr PatchFn kPatch[4] = {&PatchBlock<1>, &PatchBlock<2>, &PatchBlock<4>, &PatchBlock<8>};
   const uint64_t first = first_;
   first_ += m;
-  // A change below this block was listed after the block before it was digested.
+  // A change below this block (listed after the block before it was digested) is out of order:
+  // PatchBlock refuses it rather than patching below block_.
   next_allowed_ = std::max(next_allowed_, first);
-  if (k_ < listed && positions_[k_] < first) valid_ = false;
-  if (!valid_) return;
   if (k_ == listed || positions_[k_] >= first + m) {
     digest_.Update(old_ + first * elem_, m * elem_);
     return;

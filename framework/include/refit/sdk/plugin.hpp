@@ -297,17 +297,18 @@ struct EncodingAdapter {
                            const refit_decode_target_t* old, refit_decoded_changes_t* changes,
                            refit_error_t* err) {
     return detail::Guard(err, [&] {
-      if constexpr (detail::HasDecodeChangesWithProgress<Impl>) {
-        Result<uint64_t> n = static_cast<const Impl*>(instance)->DecodeChanges(
-            payload, len, *old, changes->positions, static_cast<uint8_t*>(changes->values),
-            changes->capacity, ListProgress::Of(*changes));
-        if (!n.ok()) return detail::Report(err, n.status());
-        changes->count = n.value();
-        return static_cast<int>(REFIT_OK);
-      } else if constexpr (detail::HasDecodeChanges<Impl>) {
-        Result<uint64_t> n = static_cast<const Impl*>(instance)->DecodeChanges(
-            payload, len, *old, changes->positions, static_cast<uint8_t*>(changes->values),
-            changes->capacity);
+      if constexpr (detail::HasDecodeChanges<Impl> || detail::HasDecodeChangesWithProgress<Impl>) {
+        const Impl& impl = *static_cast<const Impl*>(instance);
+        auto* values = static_cast<uint8_t*>(changes->values);
+        Result<uint64_t> n = [&] {
+          if constexpr (detail::HasDecodeChangesWithProgress<Impl>) {
+            return impl.DecodeChanges(payload, len, *old, changes->positions, values,
+                                      changes->capacity, ListProgress::Of(*changes));
+          } else {
+            return impl.DecodeChanges(payload, len, *old, changes->positions, values,
+                                      changes->capacity);
+          }
+        }();
         if (!n.ok()) return detail::Report(err, n.status());
         changes->count = n.value();
         return static_cast<int>(REFIT_OK);
