@@ -171,7 +171,7 @@ Status UcxTransport::StartSender() {
         internal::WriteFileAtomic(options_.rendezvous_file, address_ + "\n", false));
   }
   // Seqs of a newer sender process are larger: a receiver's inbox may hold an older one's.
-  tree_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+  push_seq_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count());
   sdk::Log(REFIT_LOG_INFO, kLog,
@@ -306,8 +306,8 @@ std::vector<ConnId> UcxTransport::TreeChildrenLocked(size_t node) {
 // some other way (placed_at >= seq).
 uint64_t UcxTransport::TakePushSeq(const std::string& key) {
   std::lock_guard<std::mutex> lk(mu_);
-  push_seq_of_[key] = ++tree_seq_;
-  return tree_seq_;
+  push_seq_of_[key] = ++push_seq_;
+  return push_seq_;
 }
 
 // A put (header.id: its tree seq): the sender's tree children and every receiver outside the
@@ -366,7 +366,7 @@ void UcxTransport::JoinTree(ConnId conn) {
     auto peer = peers_.find(conn);
     if (peer == peers_.end() || peer->second.in_tree) return;
     peer->second.in_tree = true;
-    peer->second.placed_at = tree_seq_;
+    peer->second.placed_at = push_seq_;
     tree_.push_back(conn);
     const size_t parent = (tree_.size() - 1) / options_.k;  // node number; 0: the sender
     if (parent > 0) told.push_back(tree_[parent - 1]);
@@ -409,7 +409,7 @@ void UcxTransport::LeaveTree(ConnId conn) {
       parents.push_back((hole - 1) / options_.k);
       for (size_t node : SubtreeLocked(hole)) {
         auto peer = peers_.find(tree_[node - 1]);
-        if (peer != peers_.end()) peer->second.placed_at = tree_seq_;
+        if (peer != peers_.end()) peer->second.placed_at = push_seq_;
         told.push_back(tree_[node - 1]);
       }
     }

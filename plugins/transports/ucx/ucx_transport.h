@@ -189,7 +189,8 @@ class UcxTransport : public EventHandler {
   std::unique_ptr<LinkSchedule> links_;
   std::mutex tree_mu_;        // orders tree changes (kTree posts) against tree pushes
   std::vector<ConnId> tree_;  // receivers in the tree, in join order (node i+1's parent: i/k)
-  uint64_t tree_seq_ = 0;     // the last tree push (starts at the clock: unique across senders)
+  uint64_t push_seq_ = 0;     // the last push seq taken, also stamped on tree placements
+                              // (starts at the clock: unique across senders)
   std::map<std::string, uint64_t> push_seq_of_;  // key -> its last put's push seq
   std::atomic<uint64_t> bytes_pushed_{0};        // sender bytes out: puts pushed,
   std::atomic<uint64_t> bytes_replayed_{0};      // replays to late or re-placed receivers,
